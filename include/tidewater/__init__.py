@@ -1,0 +1,1 @@
+"""tidewater: a scheduled hybrid batch/stream data platform."""

@@ -1,0 +1,269 @@
+"""Spark Python data source ``tidewater-delta``: Delta tables through delta-rs, no JVM jars needed.
+
+* batch read   ``spark.read.format("tidewater-delta").load(uri)``, with ``versionAsOf`` or
+               ``timestampAsOf`` for time travel (file:// tables are usually read faster through
+               :func:`tidewater.lake.reads.read_table`, which hands the file list to Spark's own
+               Parquet reader; this reader is what works on s3://).
+* stream read  rows appended since the last processed table version, so silver is computed from
+               bronze and gold from silver without re-reading Kafka. Offsets are ``{"version": v}``.
+               Commits that remove data (overwrite, delete, merge updates) cannot be followed by an
+               append-only stream: they fail the query unless ``skipChangeCommits`` is true, as in
+               Delta's own streaming source. ``dataChange=false`` commits (compaction) are ignored.
+* stream write executors write Parquet files; the driver commits each micro-batch in one Delta
+               transaction carrying the app transaction ``(appId, batchId)`` and skips a batch
+               that is already committed. Option ``appId`` is required and must be stable for
+               the query's checkpoint.
+
+Credentials for s3:// come from the environment (see :mod:`tidewater.lake.storage`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxFiles, SupportsTriggerAvailableNow
+
+from tidewater.errors import ConfigError, DeltaSourceError
+from tidewater.lake.files import HIVE_NULL, write_data_files
+from tidewater.lake.storage import filesystem
+from tidewater.lake.tables import DataFile, LakeTable
+
+
+@dataclass(frozen=True)
+class FileSlice(InputPartition):
+    """One Spark task: a few data files read with pyarrow."""
+
+    files: tuple[DataFile, ...]
+
+
+def _option(options: Any, name: str, default: str | None = None) -> str | None:
+    lowered = {str(k).lower(): str(v) for k, v in dict(options).items()}
+    return lowered.get(name.lower(), default)
+
+
+def _path(options: Any) -> str:
+    path = _option(options, "path")
+    if not path:
+        raise ConfigError("tidewater-delta needs a table path: .load(uri) / .option('path', uri)")
+    return path
+
+
+def read_files(files: Sequence[DataFile], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """Read data files, add their partition columns back, yield batches in ``schema``."""
+    for data_file in files:
+        fs, path = filesystem(data_file.uri)
+        table = pq.read_table(path, filesystem=fs)
+        for name, value in data_file.partition_values.items():
+            if name in table.column_names:
+                continue
+            typ = schema.field(name).type
+            raw = None if value in (None, HIVE_NULL) else value
+            column = pa.array([raw] * table.num_rows, pa.string()).cast(typ)
+            table = table.append_column(name, column)
+        table = table.select(schema.names).cast(schema)
+        yield from table.to_batches(max_chunksize=65_536)
+
+
+def group_files(files: Sequence[DataFile], *, target_bytes: int = 128 * 1024 * 1024) -> list[FileSlice]:
+    """Pack files into Spark partitions of roughly ``target_bytes``."""
+    slices: list[FileSlice] = []
+    current: list[DataFile] = []
+    size = 0
+    for data_file in files:
+        current.append(data_file)
+        size += data_file.size
+        if size >= target_bytes:
+            slices.append(FileSlice(tuple(current)))
+            current, size = [], 0
+    if current:
+        slices.append(FileSlice(tuple(current)))
+    return slices
+
+
+class DeltaBatchReader(DataSourceReader):
+    def __init__(self, table: LakeTable, schema: pa.Schema, version: int | None, timestamp: str | None) -> None:
+        self.schema = schema
+        self.slices = group_files(table.files(version=version, timestamp=timestamp))
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return self.slices
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, FileSlice)
+        return read_files(partition.files, self.schema)
+
+
+class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets: ``{"version": v}`` = every commit up to and including v has been processed."""
+
+    def __init__(self, table: LakeTable, schema: pa.Schema, options: Any) -> None:
+        self.table = table
+        self.schema = schema
+        self.starting = (_option(options, "startingVersion", "earliest") or "earliest").lower()
+        self.skip_change_commits = (_option(options, "skipChangeCommits", "false") or "").lower() == "true"
+        max_files = _option(options, "maxFilesPerTrigger")
+        self.max_files = int(max_files) if max_files else None
+        self._target: int | None = None
+
+    def initialOffset(self) -> dict:
+        if self.starting == "earliest":
+            return {"version": -1}
+        if self.starting == "latest":
+            return {"version": self.table.version()}
+        try:
+            return {"version": int(self.starting) - 1}
+        except ValueError:
+            raise ConfigError(f"startingVersion={self.starting!r} must be earliest, latest or a version") from None
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxFiles(self.max_files) if self.max_files else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self.table.version()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        begin = int(start["version"])
+        latest = self.table.version()
+        if self._target is not None:
+            latest = min(latest, self._target)
+        if latest <= begin:
+            return {"version": begin}
+        if isinstance(limit, ReadMaxFiles) and begin >= 0:
+            files = 0
+            for version in range(begin + 1, latest + 1):
+                files += len(self._added(version))
+                if files >= limit.max_files:
+                    return {"version": version}
+        return {"version": latest}
+
+    def reportLatestOffset(self) -> dict | None:
+        return {"version": self.table.version()}
+
+    def _added(self, version: int) -> list[DataFile]:
+        actions = self.table.commit_actions(version)
+        if actions is None:
+            raise DeltaSourceError(
+                f"version {version} of {self.table.uri} is no longer in the Delta log (log retention); the "
+                "stream cannot continue exactly: recompute downstream with the batch job and restart the stream "
+                "from a new checkpoint with startingVersion=latest"
+            )
+        adds = [a["add"] for a in actions if "add" in a and a["add"].get("dataChange", True)]
+        removes = [a["remove"] for a in actions if "remove" in a and a["remove"].get("dataChange", True)]
+        if removes:
+            if self.skip_change_commits:
+                return []
+            operation = next((a["commitInfo"].get("operation") for a in actions if "commitInfo" in a), "?")
+            raise DeltaSourceError(
+                f"version {version} of {self.table.uri} removed data ({operation}); a stream follows appends "
+                "only: set skipChangeCommits=true to ignore such commits, or restart from a new checkpoint"
+            )
+        return [
+            DataFile(
+                f"{self.table.uri}/{add['path']}",
+                int(add.get("size", 0)),
+                dict(add.get("partitionValues") or {}),
+            )
+            for add in adds
+        ]
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        begin, stop = int(start["version"]), int(end["version"])
+        if stop <= begin:
+            return []
+        if begin < 0:  # the first batch of a new stream: the whole snapshot
+            files = self.table.files(version=stop)
+        else:
+            files = [f for version in range(begin + 1, stop + 1) for f in self._added(version)]
+        return group_files(files)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, FileSlice)
+        return read_files(partition.files, self.schema)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to release: Delta versions are immutable."""
+
+
+@dataclass
+class StagedFiles(WriterCommitMessage):
+    actions: list[dict[str, Any]]
+
+
+class DeltaStreamWriter(DataSourceStreamArrowWriter):
+    def __init__(self, table: LakeTable, schema: pa.Schema, partition_by: list[str], app_id: str) -> None:
+        self.table = table
+        self.schema = schema
+        self.partition_by = partition_by
+        self.app_id = app_id
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        return StagedFiles(
+            write_data_files(self.table.uri, iterator, schema=self.schema, partition_by=self.partition_by)
+        )
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        actions = [a for m in messages if isinstance(m, StagedFiles) for a in m.actions]
+        self.table.commit_files(
+            actions,
+            app_id=self.app_id,
+            batch_id=batchId,
+            metadata={"tidewater.app_id": self.app_id, "tidewater.batch_id": batchId},
+        )
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Staged files stay uncommitted and invisible; vacuum removes them."""
+
+
+class DeltaDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "tidewater-delta"
+
+    def _table(self) -> LakeTable:
+        return LakeTable(_path(self.options))
+
+    def _arrow_schema(self) -> pa.Schema:
+        table = self._table()
+        version = _option(self.options, "versionAsOf")
+        timestamp = _option(self.options, "timestampAsOf")
+        return LakeTable.arrow_schema(table.open(version=int(version) if version else None, timestamp=timestamp))
+
+    def schema(self) -> Any:
+        return from_arrow_schema(self._arrow_schema())
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        version = _option(self.options, "versionAsOf")
+        return DeltaBatchReader(
+            self._table(),
+            self._arrow_schema(),
+            int(version) if version else None,
+            _option(self.options, "timestampAsOf"),
+        )
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return DeltaStreamReader(self._table(), self._arrow_schema(), self.options)
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamArrowWriter:
+        app_id = _option(self.options, "appId")
+        if not app_id:
+            raise ConfigError(
+                "the tidewater-delta stream sink needs option appId, stable for the query's checkpoint, "
+                "so that a re-executed micro-batch is recognised and skipped"
+            )
+        table = self._table()
+        meta = table.open().metadata()
+        return DeltaStreamWriter(table, LakeTable.arrow_schema(table.open()), list(meta.partition_columns), app_id)
+

@@ -1,0 +1,256 @@
+"""A tiny Kafka client interface for the Spark source, with a kafka-python backend.
+
+The Spark source needs five things from Kafka: the partitions of a topic, the earliest retained
+offset, the true end offset, an offset for an event timestamp, and the records of one partition
+between two offsets. Keeping them behind :class:`PartitionClient` lets a librdkafka backend sit
+beside this one.
+
+Why not ``KafkaConsumer.end_offsets``: the embedded broker answers ListOffsets(latest) with the
+base offset of the last stored batch + 1, not the end. The high watermark in a *fetch* response is
+right on every broker, so end offsets come from a one-partition fetch probe. (The embedded broker
+also answers a multi-partition fetch with the first partition only, and a fetch with
+``max_wait_ms=0`` with nothing: hence one partition per probe and a 1 ms wait.)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+import pyarrow as pa
+
+from tidewater.errors import BrokerUnreachableError, DataLossError, TopicNotFoundError
+
+# Arrow layout of a Kafka record, matching Spark's Kafka source columns.
+HEADER_TYPE = pa.struct([("key", pa.string()), ("value", pa.binary())])
+RECORD_SCHEMA = pa.schema(
+    [
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("timestampType", pa.int32()),
+        ("headers", pa.list_(HEADER_TYPE)),
+    ]
+)
+SPARK_RECORD_DDL = (
+    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
+    "timestampType int, headers array<struct<key:string,value:binary>>"
+)
+
+
+class PartitionClient(Protocol):
+    """What the Spark Kafka source needs from a Kafka client."""
+
+    def partitions(self, topic: str) -> list[int]: ...
+
+    def earliest_offsets(self, topic: str, partitions: list[int]) -> dict[int, int]: ...
+
+    def end_offsets(self, topic: str, partitions: list[int]) -> dict[int, int]: ...
+
+    def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> int: ...
+
+    def read_arrow(
+        self, topic: str, partition: int, start: int, end: int, *, batch_rows: int = 20_000
+    ) -> Iterator[pa.RecordBatch]: ...
+
+    def close(self) -> None: ...
+
+
+def records_to_arrow(rows: dict[str, list[Any]]) -> pa.RecordBatch:
+    """Column lists -> one Arrow batch in :data:`RECORD_SCHEMA`."""
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(rows["key"], pa.binary()),
+            pa.array(rows["value"], pa.binary()),
+            pa.array(rows["topic"], pa.string()),
+            pa.array(rows["partition"], pa.int32()),
+            pa.array(rows["offset"], pa.int64()),
+            pa.array(rows["timestamp"], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+            pa.array(rows["timestampType"], pa.int32()),
+            pa.array(rows["headers"], pa.list_(HEADER_TYPE)),
+        ],
+        schema=RECORD_SCHEMA,
+    )
+
+
+def _empty_columns() -> dict[str, list[Any]]:
+    return {name: [] for name in RECORD_SCHEMA.names}
+
+
+class KafkaPythonClient:
+    """:class:`PartitionClient` on kafka-python. One instance per process; not thread-safe."""
+
+    def __init__(self, config: dict[str, Any], *, stall_timeout_s: float = 60.0) -> None:
+        from kafka import KafkaConsumer
+        from kafka.errors import KafkaTimeoutError
+
+        self._servers = ",".join(config.get("bootstrap_servers", []))
+        self._stall_timeout_s = stall_timeout_s
+        base = dict(config)
+        base.setdefault("bootstrap_timeout_ms", min(10_000, base.get("request_timeout_ms", 10_000)))
+        try:
+            # The probe consumer: tiny fetches that return the high watermark quickly.
+            self._probe = KafkaConsumer(
+                **base, enable_auto_commit=False, auto_offset_reset="none", fetch_max_wait_ms=1
+            )
+            self._reader: Any = None
+            self._reader_config = dict(
+                base,
+                enable_auto_commit=False,
+                auto_offset_reset="none",
+                max_partition_fetch_bytes=8 * 1024 * 1024,
+                fetch_max_wait_ms=100,
+            )
+        except KafkaTimeoutError:
+            raise BrokerUnreachableError(
+                f"cannot reach a Kafka broker at {self._servers}: check TIDEWATER_KAFKA_BOOTSTRAP_SERVERS "
+                "and that the broker is running"
+            ) from None
+
+    # ---- metadata -------------------------------------------------------------------------------
+
+    def partitions(self, topic: str) -> list[int]:
+        found = self._probe.partitions_for_topic(topic)
+        if not found:
+            # Metadata may lag topic creation by a moment; ask once more after a refresh.
+            self._probe.topics()
+            found = self._probe.partitions_for_topic(topic)
+        if not found:
+            raise TopicNotFoundError(
+                f"Kafka topic {topic!r} does not exist on {self._servers}: create it "
+                f"(`tidewater topics create {topic}`) or fix the pipeline's topic name"
+            )
+        return sorted(found)
+
+    def earliest_offsets(self, topic: str, partitions: list[int]) -> dict[int, int]:
+        from kafka import TopicPartition
+
+        found = self._probe.beginning_offsets([TopicPartition(topic, p) for p in partitions])
+        return {tp.partition: int(offset) for tp, offset in found.items()}
+
+    def end_offsets(self, topic: str, partitions: list[int]) -> dict[int, int]:
+        from kafka import TopicPartition
+
+        ends: dict[int, int] = {}
+        for p in partitions:
+            tp = TopicPartition(topic, p)
+            hint = self._probe.end_offsets([tp])[tp]  # <= the true end on every broker
+            ends[p] = self._high_watermark(tp, hint)
+        return ends
+
+    def _high_watermark(self, tp: Any, seek_to: int) -> int:
+        self._probe.assign([tp])
+        self._probe.seek(tp, seek_to)
+        # Forget any watermark of an earlier probe so the value we return comes from this fetch.
+        self._probe._subscription.assignment[tp].highwater = None
+        deadline = time.monotonic() + self._stall_timeout_s
+        while self._probe.highwater(tp) is None:
+            if time.monotonic() > deadline:
+                raise BrokerUnreachableError(
+                    f"no fetch response for {tp.topic}/{tp.partition} from {self._servers} "
+                    f"within {self._stall_timeout_s:.0f} s"
+                )
+            self._probe.poll(timeout_ms=20, max_records=1)
+        return int(self._probe.highwater(tp))
+
+    def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> int:
+        """First offset whose record timestamp is >= ``timestamp_ms`` (the end if none).
+
+        A binary search over record timestamps: the embedded broker's offsets_for_times ignores
+        them, and the search is exact wherever timestamps grow with offsets (producer CreateTime).
+        """
+        from kafka import TopicPartition
+
+        tp = TopicPartition(topic, partition)
+        lo = self.earliest_offsets(topic, [partition])[partition]
+        hi = self.end_offsets(topic, [partition])[partition]
+        while lo < hi:
+            mid = (lo + hi) // 2
+            record = self._record_at(tp, mid, hi)
+            if record is None or record.timestamp >= timestamp_ms:
+                hi = mid  # the first record at/after mid qualifies (or there is none): look left
+            else:
+                lo = record.offset + 1
+        return lo
+
+    def _record_at(self, tp: Any, offset: int, end: int) -> Any:
+        """The first record at or after ``offset`` and before ``end``."""
+        self._probe.assign([tp])
+        self._probe.seek(tp, offset)
+        deadline = time.monotonic() + self._stall_timeout_s
+        while time.monotonic() < deadline:
+            polled = self._probe.poll(timeout_ms=100, max_records=1).get(tp, [])
+            if polled:
+                return polled[0] if polled[0].offset < end else None
+            if self._probe.position(tp) >= end:
+                return None
+        raise BrokerUnreachableError(f"timed out reading {tp.topic}/{tp.partition} at offset {offset}")
+
+    # ---- data -----------------------------------------------------------------------------------
+
+    def read_arrow(
+        self, topic: str, partition: int, start: int, end: int, *, batch_rows: int = 20_000
+    ) -> Iterator[pa.RecordBatch]:
+        """Records with ``start <= offset < end`` as Arrow batches; fails if any are gone."""
+        from kafka import KafkaConsumer, TopicPartition
+        from kafka.errors import OffsetOutOfRangeError
+
+        if start >= end:
+            return
+        if self._reader is None:
+            self._reader = KafkaConsumer(**self._reader_config)
+        consumer = self._reader
+        tp = TopicPartition(topic, partition)
+        consumer.assign([tp])
+        consumer.seek(tp, start)
+        columns = _empty_columns()
+        position = start
+        last_progress = time.monotonic()
+        while position < end:
+            try:
+                polled = consumer.poll(timeout_ms=500, max_records=batch_rows).get(tp, [])
+            except OffsetOutOfRangeError:
+                raise DataLossError(
+                    f"offsets {start}..{end - 1} of {topic}/{partition} are no longer on the broker "
+                    "(retention): the data is lost upstream; reset the query's starting offsets "
+                    "deliberately if you accept that"
+                ) from None
+            for record in polled:
+                if record.offset >= end:
+                    break
+                columns["key"].append(record.key)
+                columns["value"].append(record.value)
+                columns["topic"].append(topic)
+                columns["partition"].append(partition)
+                columns["offset"].append(record.offset)
+                columns["timestamp"].append(record.timestamp * 1000)
+                columns["timestampType"].append(record.timestamp_type)
+                columns["headers"].append([(k, v) for k, v in (record.headers or [])])
+            position = consumer.position(tp)
+            if polled:
+                last_progress = time.monotonic()
+            elif time.monotonic() - last_progress > self._stall_timeout_s:
+                raise BrokerUnreachableError(
+                    f"reading {topic}/{partition} stalled at offset {position} (want {end}) for "
+                    f"{self._stall_timeout_s:.0f} s on {self._servers}"
+                )
+            if len(columns["offset"]) >= batch_rows:
+                yield records_to_arrow(columns)
+                columns = _empty_columns()
+        if columns["offset"]:
+            yield records_to_arrow(columns)
+
+    def close(self) -> None:
+        self._probe.close()
+        if self._reader is not None:
+            self._reader.close()
+
+
+def make_client(backend: str, config: dict[str, Any]) -> PartitionClient:
+    """The client for a backend name from ``Settings.kafka_client``."""
+    del backend  # one backend today; Settings.kafka_client validates the name
+    return KafkaPythonClient(config)

@@ -1,0 +1,334 @@
+"""Spark Python data source ``tidewater-kafka``: Kafka topics as a streaming or batch DataFrame.
+
+Columns match Spark's own Kafka source (key, value, topic, partition, offset, timestamp,
+timestampType, headers). Offsets live in Spark's checkpoint as ``{topic: {partition: offset}}``
+(the next offset to read), so a restarted query re-reads exactly the uncommitted range.
+
+Options (all strings, as Spark passes them):
+  kafka.bootstrap.servers   required
+  kafka.security.protocol, kafka.sasl.mechanism, kafka.sasl.username, kafka.sasl.password,
+  kafka.ssl.cafile          optional security settings
+  subscribe                 comma-separated topics
+  startingOffsets           earliest (default) | latest | {"topic": {"0": 42, "1": -2}}  (-2 earliest, -1 latest)
+  startingTimestamp         epoch ms: start each partition at the first record at/after it
+  endingOffsets             batch only: latest (default) | JSON as above
+  maxOffsetsPerTrigger      row cap per micro-batch (ignored by Trigger.AvailableNow's final target)
+  failOnDataLoss            true (default): fail when offsets the query needs are gone
+  maxRecordsPerPartition    split large offset ranges into Spark partitions of at most this size
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from tidewater.connectors.kafka_client import SPARK_RECORD_DDL, PartitionClient, make_client
+from tidewater.errors import ConfigError, DataLossError
+
+EARLIEST, LATEST = -2, -1
+Offsets = dict[str, dict[str, int]]  # {topic: {partition (str): next offset}}
+
+
+@dataclass(frozen=True)
+class KafkaRange(InputPartition):
+    """One Spark task: ``start <= offset < end`` of one topic partition."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class KafkaSourceOptions:
+    client_config: dict[str, Any]
+    backend: str
+    topics: tuple[str, ...]
+    starting: str
+    starting_timestamp_ms: int | None
+    ending: str
+    max_offsets_per_trigger: int | None
+    fail_on_data_loss: bool
+    max_records_per_partition: int
+
+    @classmethod
+    def parse(cls, options: Any) -> KafkaSourceOptions:
+        opts = {str(k).lower(): str(v) for k, v in dict(options).items()}
+        servers = opts.get("kafka.bootstrap.servers", "")
+        topics = tuple(t.strip() for t in opts.get("subscribe", "").split(",") if t.strip())
+        if not servers:
+            raise ConfigError("tidewater-kafka needs option kafka.bootstrap.servers (host:port[,host:port])")
+        if not topics:
+            raise ConfigError("tidewater-kafka needs option subscribe (comma-separated topic names)")
+        config: dict[str, Any] = {
+            "bootstrap_servers": servers.split(","),
+            "security_protocol": opts.get("kafka.security.protocol", "PLAINTEXT"),
+            "request_timeout_ms": int(opts.get("kafka.request.timeout.ms", "15000")),
+        }
+        if opts.get("kafka.sasl.mechanism"):
+            config["sasl_mechanism"] = opts["kafka.sasl.mechanism"]
+            config["sasl_plain_username"] = opts.get("kafka.sasl.username", "")
+            config["sasl_plain_password"] = opts.get("kafka.sasl.password", "")
+        if opts.get("kafka.ssl.cafile"):
+            config["ssl_cafile"] = opts["kafka.ssl.cafile"]
+        try:
+            timestamp = int(opts["startingtimestamp"]) if opts.get("startingtimestamp") else None
+            max_offsets = int(opts["maxoffsetspertrigger"]) if opts.get("maxoffsetspertrigger") else None
+            per_partition = int(opts.get("maxrecordsperpartition", "500000"))
+        except ValueError as exc:
+            raise ConfigError(f"tidewater-kafka: a numeric option is not a number ({exc})") from None
+        return cls(
+            client_config=config,
+            backend=opts.get("kafka.client", "kafka-python"),
+            topics=topics,
+            starting=opts.get("startingoffsets", "earliest"),
+            starting_timestamp_ms=timestamp,
+            ending=opts.get("endingoffsets", "latest"),
+            max_offsets_per_trigger=max_offsets,
+            fail_on_data_loss=opts.get("failondataloss", "true").lower() != "false",
+            max_records_per_partition=max(1, per_partition),
+        )
+
+
+def _parse_offset_spec(spec: str, what: str) -> Offsets | None:
+    """None for earliest/latest keywords, else the JSON mapping."""
+    if spec in ("earliest", "latest"):
+        return None
+    try:
+        parsed = json.loads(spec)
+        return {t: {str(p): int(o) for p, o in parts.items()} for t, parts in parsed.items()}
+    except (ValueError, AttributeError, TypeError):
+        raise ConfigError(
+            f'{what}={spec!r} must be earliest, latest or JSON like {{"topic": {{"0": 42}}}}'
+        ) from None
+
+
+class _KafkaPlanner:
+    """Driver-side offset arithmetic shared by the batch and the stream reader."""
+
+    def __init__(self, options: KafkaSourceOptions) -> None:
+        self.options = options
+        self._client: PartitionClient | None = None
+
+    # The client holds sockets: never pickle it to executors.
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_client"] = None
+        return state
+
+    @property
+    def client(self) -> PartitionClient:
+        if self._client is None:
+            self._client = make_client(self.options.backend, self.options.client_config)
+        return self._client
+
+    def partitions_of(self) -> dict[str, list[int]]:
+        return {topic: self.client.partitions(topic) for topic in self.options.topics}
+
+    def end_offsets(self) -> Offsets:
+        return {
+            topic: {str(p): o for p, o in self.client.end_offsets(topic, parts).items()}
+            for topic, parts in self.partitions_of().items()
+        }
+
+    def earliest_offsets(self) -> Offsets:
+        return {
+            topic: {str(p): o for p, o in self.client.earliest_offsets(topic, parts).items()}
+            for topic, parts in self.partitions_of().items()
+        }
+
+    def resolve(self, spec: str, *, what: str, default: int) -> Offsets:
+        """Turn earliest/latest/JSON (with -2/-1 per partition) into concrete offsets."""
+        explicit = _parse_offset_spec(spec, what)
+        earliest = self.earliest_offsets()
+        latest = self.end_offsets()
+        if explicit is None:
+            return latest if spec == "latest" else earliest
+        out: Offsets = {}
+        for topic, parts in latest.items():
+            chosen = explicit.get(topic, {})
+            out[topic] = {}
+            for p in parts:
+                value = chosen.get(p, default)
+                if value == EARLIEST:
+                    value = earliest[topic][p]
+                elif value == LATEST:
+                    value = latest[topic][p]
+                out[topic][p] = value
+        return out
+
+    def starting_offsets(self) -> Offsets:
+        if self.options.starting_timestamp_ms is not None:
+            ts = self.options.starting_timestamp_ms
+            return {
+                topic: {str(p): self.client.offset_for_timestamp(topic, p, ts) for p in parts}
+                for topic, parts in self.partitions_of().items()
+            }
+        return self.resolve(self.options.starting, what="startingOffsets", default=EARLIEST)
+
+    def check_retained(self, start: Offsets, end: Offsets) -> None:
+        """Fail loudly when the range the query needs is no longer (or not yet) on the broker."""
+        if not self.options.fail_on_data_loss:
+            return
+        earliest = self.earliest_offsets()
+        for topic, parts in start.items():
+            for p, offset in parts.items():
+                first = earliest.get(topic, {}).get(p)
+                if first is None:
+                    raise DataLossError(
+                        f"partition {topic}/{p} the query read before is gone (topic deleted or shrunk); "
+                        "restart from a new checkpoint deliberately if you accept the loss"
+                    )
+                if offset < first:
+                    raise DataLossError(
+                        f"offsets {offset}..{first - 1} of {topic}/{p} were deleted by retention before the "
+                        "query read them; set failOnDataLoss=false only if you accept losing them"
+                    )
+                last = end.get(topic, {}).get(p, offset)
+                if last < offset:
+                    raise DataLossError(
+                        f"{topic}/{p} ends at {last} but the query already read up to {offset}: the topic "
+                        "was recreated or truncated; start a new checkpoint deliberately"
+                    )
+
+    def split(self, start: Offsets, end: Offsets) -> list[KafkaRange]:
+        ranges: list[KafkaRange] = []
+        step = self.options.max_records_per_partition
+        for topic, parts in end.items():
+            for p, stop in parts.items():
+                begin = start.get(topic, {}).get(p)
+                if begin is None:  # a partition that appeared since the last batch
+                    begin = self.earliest_offsets()[topic][p]
+                for lo in range(begin, stop, step):
+                    ranges.append(KafkaRange(topic, int(p), lo, min(stop, lo + step)))
+        return ranges
+
+
+def read_range(options: KafkaSourceOptions, part: KafkaRange) -> Iterator[pa.RecordBatch]:
+    """Executor side: stream one offset range as Arrow batches."""
+    client = make_client(options.backend, options.client_config)
+    try:
+        yield from client.read_arrow(part.topic, part.partition, part.start, part.end)
+    finally:
+        client.close()
+
+
+def cap_offsets(start: Offsets, end: Offsets, max_rows: int) -> Offsets:
+    """Limit a batch to ``max_rows`` records, shared across partitions in proportion to their lag."""
+    lags = {
+        (t, p): max(0, stop - start.get(t, {}).get(p, stop)) for t, parts in end.items() for p, stop in parts.items()
+    }
+    total = sum(lags.values())
+    if total <= max_rows:
+        return end
+    capped: Offsets = {t: dict(parts) for t, parts in end.items()}
+    for (t, p), lag in lags.items():
+        begin = start.get(t, {}).get(p, end[t][p])
+        share = (lag * max_rows) // total
+        if lag and share == 0:
+            share = 1  # every lagging partition moves, so none starves
+        capped[t][p] = begin + min(lag, share)
+    return capped
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: KafkaSourceOptions) -> None:
+        self.options = options
+        self.planner = _KafkaPlanner(options)
+        self._target: Offsets | None = None
+
+    def initialOffset(self) -> dict:
+        return self.planner.starting_offsets()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_offsets_per_trigger:
+            return ReadMaxRows(self.options.max_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self.planner.end_offsets()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        latest = self.planner.end_offsets()
+        # Partitions that appeared since the last batch start at their earliest offset.
+        earliest = None
+        for topic, parts in latest.items():
+            for p in parts:
+                if p not in start.get(topic, {}):
+                    earliest = earliest or self.planner.earliest_offsets()
+                    start.setdefault(topic, {})[p] = earliest[topic][p]
+        self.planner.check_retained(start, latest)
+        if self._target is not None:
+            latest = {
+                t: {p: min(o, self._target.get(t, {}).get(p, start[t][p])) for p, o in parts.items()}
+                for t, parts in latest.items()
+            }
+            latest = {t: {p: max(o, start[t][p]) for p, o in parts.items()} for t, parts in latest.items()}
+        if isinstance(limit, ReadMaxRows):
+            latest = cap_offsets(start, latest, limit.max_rows)
+        return latest
+
+    def reportLatestOffset(self) -> dict | None:
+        return self.planner.end_offsets()
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        return self.planner.split(start, end)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, KafkaRange)
+        return read_range(self.options, partition)
+
+    def commit(self, end: dict) -> None:
+        """Offsets are tracked in Spark's checkpoint; nothing to commit on the broker."""
+
+    def stop(self) -> None:
+        if self.planner._client is not None:
+            self.planner._client.close()
+            self.planner._client = None
+
+
+class KafkaBatchReader(DataSourceReader):
+    def __init__(self, options: KafkaSourceOptions) -> None:
+        self.options = options
+        planner = _KafkaPlanner(options)
+        try:
+            self._start = planner.starting_offsets()
+            self._end = planner.resolve(options.ending, what="endingOffsets", default=LATEST)
+            planner.check_retained(self._start, self._end)
+            self._ranges = planner.split(self._start, self._end)
+        finally:
+            if planner._client is not None:
+                planner._client.close()
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return self._ranges
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, KafkaRange)
+        return read_range(self.options, partition)
+
+
+class KafkaDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "tidewater-kafka"
+
+    def schema(self) -> str:
+        return SPARK_RECORD_DDL
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return KafkaBatchReader(KafkaSourceOptions.parse(self.options))
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return KafkaStreamReader(KafkaSourceOptions.parse(self.options))

@@ -1,0 +1,331 @@
+"""Send generated RSVP records to Kafka: topic creation, pacing, delivery accounting, progress.
+
+Delivery is ``acks=all`` with the idempotent producer, so broker-side retries never add
+duplicates of their own: every duplicate in the topic is one the generator injected on purpose
+and labelled. Nothing is dropped silently: each send is tracked to its acknowledgement, and
+:func:`produce` raises if any record failed.
+
+Topic creation is explicit (:func:`ensure_topic`, called by the CLI). :func:`produce` refuses a
+missing topic because the embedded broker (and many real clusters) would otherwise auto-create
+it with a default partition count on the producer's first metadata request.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kafka import KafkaAdminClient, KafkaProducer
+from kafka import errors as kerr
+from kafka.admin import NewTopic
+
+from tidewater.config import Settings
+from tidewater.errors import BrokerUnreachableError, ConfigError, TidewaterError, TopicNotFoundError
+from tidewater.generator.events import KINDS, GeneratorConfig, generate, rate_at
+
+log = logging.getLogger(__name__)
+
+LINGER_MS = 10
+PROGRESS_INTERVAL_S = 0.5  # progress callbacks at most ~2x per second
+# Errors that mean "this broker/cluster does not allow the idempotent producer".
+_IDEMPOTENCE_REJECTED = (
+    kerr.ClusterAuthorizationFailedError,
+    kerr.UnsupportedVersionError,
+    kerr.TransactionalIdAuthorizationFailedError,
+)
+# kafka-python 3 reports a dead bootstrap address as KafkaTimeoutError; 2.x raised NoBrokersAvailable.
+_UNREACHABLE: tuple[type[Exception], ...] = tuple(
+    getattr(kerr, name)
+    for name in ("NoBrokersAvailable", "KafkaTimeoutError", "KafkaConnectionError")
+    if hasattr(kerr, name)
+)
+
+
+@dataclass
+class ProduceReport:
+    """Progress and outcome of :func:`produce`.
+
+    ``sent`` counts records handed to the producer; once :func:`produce` returns without raising,
+    every one of them was acknowledged by the broker.
+    """
+
+    sent: int = 0
+    by_kind: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+    elapsed_s: float = 0.0
+    rate: float = 0.0  # achieved records/s
+    last_seq_no: dict[str, int] = field(default_factory=dict)  # highest seq_no sent per producer
+    errors: int = 0
+
+    def summary(self) -> str:
+        kinds = " ".join(f"{k}={v}" for k, v in self.by_kind.items() if v)
+        return (
+            f"sent {self.sent} records in {self.elapsed_s:.1f} s ({self.rate:,.0f}/s), "
+            f"errors {self.errors}" + (f"; {kinds}" if kinds else "")
+        )
+
+
+class ProduceError(TidewaterError):
+    """Some records were not acknowledged; ``report`` tells how far the run got."""
+
+    def __init__(self, message: str, report: ProduceReport) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+def _brief(exc: BaseException) -> str:
+    """A kafka-python error as a short single line (their messages embed whole requests)."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if len(text) > 160:
+        text = text[:157] + "..."
+    return f"{type(exc).__name__}: {text}" if text and type(exc).__name__ not in text else text or repr(exc)
+
+
+def _client_config(settings: Settings) -> dict[str, Any]:
+    if not settings.kafka_bootstrap_servers.strip():
+        raise ConfigError(
+            "TIDEWATER_KAFKA_BOOTSTRAP_SERVERS is empty: start the platform (./tw run) for the embedded "
+            "broker or point it at a Kafka cluster"
+        )
+    config = settings.kafka_client_config()
+    # Fail as fast as a request would, instead of kafka-python's 30 s bootstrap default.
+    config["bootstrap_timeout_ms"] = settings.kafka_request_timeout_ms
+    return config
+
+
+def _unreachable(settings: Settings, exc: BaseException) -> BrokerUnreachableError:
+    return BrokerUnreachableError(
+        f"no Kafka broker answered at {settings.kafka_bootstrap_servers} within "
+        f"{settings.kafka_request_timeout_ms} ms ({type(exc).__name__}): start it or fix "
+        "TIDEWATER_KAFKA_BOOTSTRAP_SERVERS"
+    )
+
+
+def _admin(settings: Settings) -> KafkaAdminClient:
+    config = _client_config(settings)
+    try:
+        return KafkaAdminClient(client_id="tidewater-generator-admin", **config)
+    except _UNREACHABLE as exc:
+        raise _unreachable(settings, exc) from exc
+
+
+def ensure_topic(settings: Settings, topic: str, partitions: int) -> None:
+    """Create ``topic`` with ``partitions`` partitions unless it exists (idempotent, race-safe)."""
+    if partitions < 1:
+        raise ConfigError(f"topic {topic!r} needs at least 1 partition, got {partitions}")
+    admin = _admin(settings)
+    try:
+        if topic in admin.list_topics():
+            _warn_partition_mismatch(admin, topic, partitions)
+            return
+        try:
+            # replication_factor=-1: the broker's default (1 on the embedded broker, 3 on a cluster).
+            admin.create_topics([NewTopic(topic, partitions, -1)])
+            log.info("created topic %s with %d partitions", topic, partitions)
+        except kerr.TopicAlreadyExistsError:
+            pass  # created concurrently: fine
+        except kerr.KafkaError as exc:
+            raise TidewaterError(f"cannot create topic {topic!r}: {_brief(exc)}") from exc
+    except _UNREACHABLE as exc:
+        raise _unreachable(settings, exc) from exc
+    finally:
+        admin.close()
+
+
+def _warn_partition_mismatch(admin: KafkaAdminClient, topic: str, partitions: int) -> None:
+    try:
+        found = len(admin.describe_topics([topic])[0]["partitions"])
+    except Exception:  # informational only
+        return
+    if found != partitions:
+        log.warning("topic %s exists with %d partitions (asked for %d); keeping it", topic, found, partitions)
+
+
+def _check_topic(settings: Settings, topic: str) -> None:
+    admin = _admin(settings)
+    try:
+        topics = admin.list_topics()
+    except _UNREACHABLE as exc:
+        raise _unreachable(settings, exc) from exc
+    finally:
+        admin.close()
+    if topic not in topics:
+        raise TopicNotFoundError(
+            f"topic {topic!r} does not exist at {settings.kafka_bootstrap_servers}: create it "
+            "(`tidewater generate` does) before producing"
+        )
+
+
+def _make_producer(settings: Settings, idempotent: bool) -> KafkaProducer:
+    config = _client_config(settings)
+    timeout = settings.kafka_request_timeout_ms
+    return KafkaProducer(
+        client_id="tidewater-generator",
+        acks="all",
+        enable_idempotence=idempotent,
+        linger_ms=LINGER_MS,
+        compression_type=None,
+        allow_auto_create_topics=False,
+        max_block_ms=timeout,
+        # Report a failed record within ~2 request timeouts, not kafka-python's 2 minutes.
+        delivery_timeout_ms=2 * timeout + LINGER_MS,
+        **config,
+    )
+
+
+def _open_producer(settings: Settings) -> tuple[KafkaProducer, bool]:
+    """An idempotent producer, or a plain one (with a warning) if the broker refuses idempotence."""
+    try:
+        return _make_producer(settings, True), True
+    except kerr.KafkaConfigurationError as exc:
+        log.warning("broker does not allow the idempotent producer (%s): producing without it", _brief(exc))
+    except _UNREACHABLE as exc:
+        raise _unreachable(settings, exc) from exc
+    try:
+        return _make_producer(settings, False), False
+    except _UNREACHABLE as exc:
+        raise _unreachable(settings, exc) from exc
+
+
+class _Delivery:
+    """Counts acknowledgements and failures, normally on kafka-python's sender thread."""
+
+    def __init__(self) -> None:
+        self.acked = 0
+        self.failed = 0
+        self.first_error: BaseException | None = None
+        # Callbacks of futures that are already done run on the caller's thread instead.
+        self._lock = threading.Lock()
+
+    def ok(self, _metadata: Any) -> None:
+        with self._lock:
+            self.acked += 1
+
+    def error(self, exc: BaseException) -> None:
+        with self._lock:
+            self.failed += 1
+            if self.first_error is None:
+                self.first_error = exc
+
+
+def produce(
+    settings: Settings,
+    topic: str,
+    config: GeneratorConfig,
+    *,
+    count: int | None = None,
+    duration_s: float | None = None,
+    progress: Callable[[ProduceReport], None] | None = None,
+    realtime: bool = True,
+    stop: threading.Event | None = None,
+) -> ProduceReport:
+    """Generate and send records until ``count`` records, ``duration_s`` seconds or ``stop``.
+
+    ``realtime=True`` paces sends to the configured rate (bursts included) with a token bucket;
+    the simulated schedule starts at the wall clock, so payload times track real send times
+    while the records stay exactly those of :func:`generate`. ``realtime=False`` sends as fast
+    as possible (tests, benchmarks). Raises :class:`ProduceError` if any record failed.
+    """
+    if count is not None and count < 0:
+        raise ConfigError(f"count={count} must be >= 0")
+    if duration_s is not None and duration_s < 0:
+        raise ConfigError(f"duration={duration_s} must be >= 0 seconds")
+    stop = stop or threading.Event()
+    if config.start_time_ms is None:
+        # Read the clock once here so the schedule and the pacing share one origin.
+        config = dataclasses.replace(config, start_time_ms=int(time.time() * 1000))
+
+    _check_topic(settings, topic)
+    producer, idempotent = _open_producer(settings)
+    report = ProduceReport()
+    delivery = _Delivery()
+    send_error: BaseException | None = None
+    started = time.monotonic()
+    last_progress = started
+    tokens, last_refill = 1.0, started
+
+    def snapshot() -> ProduceReport:
+        report.elapsed_s = time.monotonic() - started
+        report.rate = report.sent / report.elapsed_s if report.elapsed_s > 0 else 0.0
+        report.errors = delivery.failed + (1 if send_error else 0)
+        return report
+
+    try:
+        for record in generate(config, count):
+            now = time.monotonic()
+            if stop.is_set() or (duration_s is not None and now - started >= duration_s):
+                break
+            if realtime:
+                # Token bucket refilled at the offered rate; capacity ~50 ms of sends absorbs jitter.
+                while True:
+                    now = time.monotonic()
+                    current = rate_at(config, now - started)
+                    tokens = min(max(1.0, current * 0.05), tokens + (now - last_refill) * current)
+                    last_refill = now
+                    if tokens >= 1.0:
+                        tokens -= 1.0
+                        break
+                    wait = (1.0 - tokens) / current
+                    if duration_s is not None:
+                        wait = min(wait, max(0.0, started + duration_s - now))
+                    if stop.wait(max(wait, 0.0005)):
+                        break
+                    if duration_s is not None and time.monotonic() - started >= duration_s:
+                        break
+                if stop.is_set() or (duration_s is not None and time.monotonic() - started >= duration_s):
+                    break
+            try:
+                future = producer.send(
+                    topic, key=record.key, value=record.value, timestamp_ms=record.timestamp_ms
+                )
+            except kerr.KafkaError as exc:
+                send_error = exc  # e.g. metadata or buffer timeout: stop, flush what we have, report
+                break
+            if idempotent and report.sent == 0:
+                # The first send is synchronous: it reveals a broker that rejects idempotence.
+                try:
+                    future.get(timeout=2 * settings.kafka_request_timeout_ms / 1000 + 1)
+                except _IDEMPOTENCE_REJECTED as exc:
+                    log.warning("broker rejected the idempotent producer (%s): producing without it",
+                                _brief(exc))
+                    producer.close(timeout=5)
+                    producer, idempotent = _make_producer(settings, False), False
+                    future = producer.send(
+                        topic, key=record.key, value=record.value, timestamp_ms=record.timestamp_ms
+                    )
+                except kerr.KafkaError:
+                    pass  # counted by the errback below
+            future.add_callback(delivery.ok)
+            future.add_errback(delivery.error)
+            report.sent += 1
+            report.by_kind[record.kind] = report.by_kind.get(record.kind, 0) + 1
+            if record.kind != "duplicate":
+                prev = report.last_seq_no.get(record.producer_id, -1)
+                report.last_seq_no[record.producer_id] = max(prev, record.seq_no)
+            if progress is not None and now - last_progress >= PROGRESS_INTERVAL_S:
+                last_progress = now
+                progress(snapshot())
+        try:
+            producer.flush(timeout=2 * settings.kafka_request_timeout_ms / 1000 + 5)
+        except kerr.KafkaTimeoutError as exc:
+            send_error = send_error or exc
+    finally:
+        producer.close(timeout=5)
+
+    snapshot()
+    unacked = report.sent - delivery.acked - delivery.failed
+    report.errors = delivery.failed + unacked + (1 if send_error else 0)
+    if progress is not None:
+        progress(report)
+    if report.errors:
+        cause = send_error or delivery.first_error
+        raise ProduceError(
+            f"{report.errors} record(s) to topic {topic!r} at {settings.kafka_bootstrap_servers} were not "
+            f"acknowledged ({report.sent} sent): {_brief(cause) if cause else 'flush timed out'}",
+            report,
+        )
+    return report

@@ -1,0 +1,277 @@
+"""Driver side of the lake: create tables, commit staged files idempotently, merge, replace, inspect.
+
+Idempotency contract: a commit that carries ``(app_id, batch_id)`` records them as a Delta app
+transaction. Before committing, :meth:`LakeTable.already_committed` compares the table's recorded
+version for ``app_id`` with ``batch_id`` *in our code*, because delta-rs accepts an older version
+and would even move the recorded version backwards. This makes a re-executed micro-batch a no-op.
+It assumes one writer per (table, app_id) at a time, which the streaming runner guarantees.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
+from deltalake.exceptions import TableNotFoundError
+from deltalake.transaction import AddAction, CommitProperties, Transaction
+
+from tidewater.errors import LakePathError
+from tidewater.lake.storage import filesystem, storage_options
+
+log = logging.getLogger(__name__)
+
+# Tables that Spark reads through file lists must not use deletion vectors or column mapping.
+DEFAULT_TABLE_CONFIGURATION = {
+    "delta.enableDeletionVectors": "false",
+    "delta.checkpointInterval": "20",
+}
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    committed: bool  # False when the batch was already in the table (a replayed micro-batch)
+    version: int
+    files: int = 0
+    rows: int = 0
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """One live data file of a snapshot, with the partition values a reader must add back."""
+
+    uri: str
+    size: int
+    partition_values: dict[str, str | None]
+    num_records: int | None = None
+
+
+class LakeTable:
+    """A Delta table at ``uri`` (file:// or s3://). Cheap to construct; opens lazily."""
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri.rstrip("/")
+        self._options = storage_options(self.uri)
+
+    def __repr__(self) -> str:
+        return f"LakeTable({self.uri!r})"
+
+    # ---- lifecycle ------------------------------------------------------------------------------
+
+    def exists(self) -> bool:
+        try:
+            DeltaTable(self.uri, storage_options=self._options)
+            return True
+        except TableNotFoundError:
+            return False
+        except OSError as exc:
+            raise LakePathError(f"cannot read table {self.uri}: {str(exc).splitlines()[0]}") from None
+
+    def ensure(
+        self,
+        schema: pa.Schema,
+        *,
+        partition_by: Sequence[str] = (),
+        description: str | None = None,
+    ) -> DeltaTable:
+        """Create the table if it does not exist; otherwise check the declared schema still fits."""
+        try:
+            table = DeltaTable.create(
+                self.uri,
+                schema,
+                mode="ignore",
+                partition_by=list(partition_by) or None,
+                description=description,
+                configuration=DEFAULT_TABLE_CONFIGURATION,
+                storage_options=self._options,
+            )
+        except OSError as exc:
+            raise LakePathError(
+                f"cannot create table {self.uri}: {str(exc).splitlines()[0]} - check the lake root exists "
+                "and is writable (TIDEWATER_LAKE_ROOT)"
+            ) from None
+        existing = set(self.arrow_schema(table).names)
+        missing = [name for name in schema.names if name not in existing]
+        if missing:
+            raise LakePathError(
+                f"table {self.uri} exists without columns {missing}: it belongs to another schema version; "
+                "migrate it or point the pipeline at a new namespace"
+            )
+        return table
+
+    def open(self, *, version: int | None = None, timestamp: dt.datetime | str | None = None) -> DeltaTable:
+        try:
+            table = DeltaTable(self.uri, version=version, storage_options=self._options)
+        except TableNotFoundError:
+            raise LakePathError(f"no Delta table at {self.uri}") from None
+        except OSError as exc:
+            raise LakePathError(f"cannot read table {self.uri}: {str(exc).splitlines()[0]}") from None
+        if timestamp is not None:
+            table.load_as_version(timestamp)
+        return table
+
+    # ---- metadata -------------------------------------------------------------------------------
+
+    @staticmethod
+    def arrow_schema(table: DeltaTable) -> pa.Schema:
+        return pa.schema(table.schema().to_arrow())
+
+    def version(self) -> int:
+        return int(self.open().version())
+
+    def committed_version(self, app_id: str, table: DeltaTable | None = None) -> int | None:
+        table = table or self.open()
+        found = table.transaction_version(app_id)
+        return None if found is None else int(found)
+
+    def already_committed(self, app_id: str, batch_id: int, table: DeltaTable | None = None) -> bool:
+        recorded = self.committed_version(app_id, table)
+        return recorded is not None and recorded >= batch_id
+
+    def files(self, *, version: int | None = None, timestamp: dt.datetime | str | None = None) -> list[DataFile]:
+        """Live data files of a snapshot, with partition values (the log's view, not a directory listing)."""
+        table = self.open(version=version, timestamp=timestamp)
+        actions = pa.table(table.get_add_actions(flatten=True))
+        partition_columns = [c for c in actions.column_names if c.startswith("partition.")]
+        return [
+            DataFile(
+                f"{self.uri}/{row['path']}",
+                int(row["size_bytes"]),
+                {c.removeprefix("partition."): _text(row.get(c)) for c in partition_columns},
+                row.get("num_records"),
+            )
+            for row in actions.to_pylist()
+        ]
+
+    def history(self, limit: int | None = None) -> list[dict[str, Any]]:
+        return self.open().history(limit)
+
+    # ---- writes ---------------------------------------------------------------------------------
+
+    def commit_files(
+        self,
+        actions: Sequence[dict[str, Any]],
+        *,
+        mode: str = "append",
+        partition_filters: list[tuple[str, str, Any]] | None = None,
+        app_id: str | None = None,
+        batch_id: int | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> CommitResult:
+        """Commit files staged by :func:`tidewater.lake.files.write_data_files` in one transaction.
+
+        ``mode="overwrite"`` with ``partition_filters`` atomically replaces those partitions
+        (the batch recompute's "overwrite exactly this interval").
+        """
+        table = self.open()
+        if app_id is not None and batch_id is not None and self.already_committed(app_id, batch_id, table):
+            log.info("skip %s batch %s for %s: already committed", app_id, batch_id, self.uri)
+            return CommitResult(False, int(table.version()))
+        if not actions and mode == "append":
+            return CommitResult(False, int(table.version()))
+        adds = [
+            AddAction(
+                path=a["path"],
+                size=int(a["size"]),
+                partition_values=dict(a["partition_values"] or {}),
+                modification_time=int(a["modification_time"]),
+                data_change=True,
+                stats=a["stats"],
+            )
+            for a in actions
+        ]
+        table.create_write_transaction(
+            adds,
+            mode=mode,
+            schema=table.schema(),
+            partition_by=table.metadata().partition_columns or None,
+            partition_filters=partition_filters,
+            commit_properties=self._commit_properties(app_id, batch_id, metadata),
+        )
+        table.update_incremental()
+        rows = sum(json.loads(a["stats"]).get("numRecords", 0) for a in actions)
+        return CommitResult(True, int(table.version()), len(adds), rows)
+
+    def merge(
+        self,
+        source: pa.Table,
+        *,
+        keys: Sequence[str],
+        app_id: str | None = None,
+        batch_id: int | None = None,
+        metadata: dict[str, Any] | None = None,
+        update: bool = True,
+    ) -> CommitResult:
+        """Upsert ``source`` on ``keys`` (or insert-only when ``update`` is False)."""
+        table = self.open()
+        if app_id is not None and batch_id is not None and self.already_committed(app_id, batch_id, table):
+            return CommitResult(False, int(table.version()))
+        if source.num_rows == 0:
+            return CommitResult(False, int(table.version()))
+        source = source.select(self.arrow_schema(table).names).cast(self.arrow_schema(table))
+        predicate = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
+        merger = table.merge(
+            source,
+            predicate,
+            source_alias="s",
+            target_alias="t",
+            commit_properties=self._commit_properties(app_id, batch_id, metadata),
+        )
+        if update:
+            merger = merger.when_matched_update_all()
+        merger.when_not_matched_insert_all().execute()
+        table.update_incremental()
+        return CommitResult(True, int(table.version()), rows=source.num_rows)
+
+    def replace_where(
+        self,
+        source: pa.Table,
+        predicate: str,
+        *,
+        app_id: str | None = None,
+        batch_id: int | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> CommitResult:
+        """Atomically replace the rows matching ``predicate`` with ``source`` (Delta replaceWhere)."""
+        table = self.open()
+        if app_id is not None and batch_id is not None and self.already_committed(app_id, batch_id, table):
+            return CommitResult(False, int(table.version()))
+        source = source.select(self.arrow_schema(table).names).cast(self.arrow_schema(table))
+        write_deltalake(
+            table,
+            source,
+            mode="overwrite",
+            predicate=predicate,
+            commit_properties=self._commit_properties(app_id, batch_id, metadata),
+        )
+        table.update_incremental()
+        return CommitResult(True, int(table.version()), rows=source.num_rows)
+
+    @staticmethod
+    def _commit_properties(
+        app_id: str | None, batch_id: int | None, metadata: dict[str, Any] | None
+    ) -> CommitProperties:
+        txns = [Transaction(app_id=app_id, version=batch_id)] if app_id is not None and batch_id is not None else None
+        return CommitProperties(custom_metadata=metadata or None, app_transactions=txns)
+
+    # ---- the log, version by version ---------------------------------------------------------------
+
+    def commit_actions(self, version: int) -> list[dict[str, Any]] | None:
+        """The actions of one commit from ``_delta_log``, or None if that log file is gone."""
+        fs, root = filesystem(self.uri)
+        path = f"{root}/_delta_log/{version:020d}.json"
+        try:
+            with fs.open_input_stream(path) as stream:
+                text = stream.read().decode("utf-8")
+        except (FileNotFoundError, OSError):
+            return None
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)

@@ -1,0 +1,253 @@
+"""The event model: determinism and every injected imperfection, checked against its own labels.
+
+Downstream tests trust ``GeneratedRecord.kind`` and :func:`expected_events` to know what silver
+must hold, so these tests check the labels against the bytes, not against the generator's code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import Counter, defaultdict
+
+import pytest
+
+from tidewater.errors import ConfigError
+from tidewater.generator import (
+    MALFORMED_REASONS,
+    RESPONSES,
+    VISIBILITIES,
+    GeneratorConfig,
+    expected_events,
+    format_ts,
+    generate,
+    parse_ts,
+)
+from tidewater.generator.events import rate_at
+
+START = parse_ts("2026-11-21T10:00:00.000Z")
+MESSY = GeneratorConfig(
+    seed=7,
+    start_time_ms=START,
+    duplicate_rate=0.05,
+    out_of_order_fraction=0.1,
+    late_fraction=0.02,
+    malformed_rate=0.03,
+    clock_skew_ms=(0, -1500, 2500),
+)
+N = 20_000
+
+
+@pytest.fixture(scope="module")
+def messy() -> list:
+    return list(generate(MESSY, N))
+
+
+def _valid(value: bytes) -> dict | None:
+    """The payload if it satisfies the RSVP contract, else None (the checks silver makes)."""
+    try:
+        doc = json.loads(value.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    try:
+        venue, member = doc["venue"], doc["member"]
+        ok = (
+            isinstance(doc["event_id"], str)
+            and isinstance(doc["seq_no"], int)
+            and isinstance(doc["producer_id"], str)
+            and doc["response"] in RESPONSES
+            and doc["visibility"] in VISIBILITIES
+            and isinstance(venue["venue_id"], int)
+            and isinstance(venue["venue_name"], str)
+            and -90 <= venue["lat"] <= 90
+            and -180 <= venue["lon"] <= 180
+            and isinstance(member["member_id"], int)
+            and isinstance(member["member_name"], str)
+        )
+        parse_ts(doc["event_time"])
+        parse_ts(doc["sent_time"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return doc if ok else None
+
+
+def test_same_seed_same_bytes_and_different_seed_differs(messy: list) -> None:
+    again = list(generate(MESSY, N))
+    assert again == messy
+    other = list(generate(dataclasses.replace(MESSY, seed=8), N))
+    assert [r.value for r in other] != [r.value for r in messy]
+    # A prefix is a prefix: generating fewer records gives the same first records.
+    assert list(generate(MESSY, 100)) == messy[:100]
+
+
+def test_payload_layout_and_keys(messy: list) -> None:
+    record = next(r for r in messy if r.kind == "ok")
+    doc = json.loads(record.value)
+    assert list(doc) == [
+        "event_id", "event_time", "sent_time", "producer_id", "seq_no",
+        "visibility", "response", "venue", "member",
+    ]  # fmt: skip
+    assert set(doc["venue"]) == {"venue_id", "venue_name", "lat", "lon"}
+    assert set(doc["member"]) == {"member_id", "member_name"}
+    assert record.key == str(doc["venue"]["venue_id"]).encode()
+    assert record.timestamp_ms == parse_ts(doc["sent_time"])
+    assert record.event_time_ms == parse_ts(doc["event_time"])
+    assert doc["event_time"].endswith("Z") and len(doc["event_time"]) == len("2026-11-21T10:00:00.123Z")
+    # A venue id always carries the same name and place.
+    venues: dict[int, tuple] = {}
+    for r in messy:
+        if r.kind != "malformed":
+            v = json.loads(r.value)["venue"]
+            assert venues.setdefault(v["venue_id"], (v["venue_name"], v["lat"], v["lon"])) == (
+                v["venue_name"], v["lat"], v["lon"],
+            )  # fmt: skip
+    assert len(venues) > 50
+
+
+def test_every_valid_record_is_valid_and_every_malformed_one_is_not(messy: list) -> None:
+    reasons = Counter()
+    for r in messy:
+        if r.kind == "malformed":
+            assert r.malformed_reason in MALFORMED_REASONS
+            assert _valid(r.value) is None, r.malformed_reason
+            assert r.key  # still keyed, so it lands in a partition like any record
+            reasons[r.malformed_reason] += 1
+        else:
+            assert r.malformed_reason is None
+            doc = _valid(r.value)
+            assert doc is not None and doc["event_id"] == r.event_id and doc["seq_no"] == r.seq_no
+    assert set(reasons) == set(MALFORMED_REASONS)  # the kinds are cycled through
+    assert reasons.total() == pytest.approx(N * MESSY.malformed_rate, rel=0.2)
+
+
+def test_seq_no_contiguous_per_producer_for_new_events(messy: list) -> None:
+    seqs: dict[str, list[int]] = defaultdict(list)
+    for r in messy:
+        if r.kind != "duplicate":  # malformed records consume a seq_no too
+            seqs[r.producer_id].append(r.seq_no)
+    assert set(seqs) == {"producer-0", "producer-1", "producer-2"}
+    for producer_id, values in seqs.items():
+        assert values == list(range(len(values))), producer_id
+
+
+def test_duplicates_are_identical_resends(messy: list) -> None:
+    first: dict[str, bytes] = {}
+    dups = 0
+    for r in messy:
+        if r.kind == "duplicate":
+            dups += 1
+            assert first[r.event_id] == r.value  # same bytes: same event_id, seq_no, event_time, sent_time
+            assert r.timestamp_ms >= parse_ts(json.loads(r.value)["sent_time"])  # a later Kafka record
+        elif r.kind != "malformed":
+            assert r.event_id not in first  # new events never reuse an id
+            first[r.event_id] = r.value
+    assert dups == pytest.approx(N * MESSY.duplicate_rate, rel=0.15)
+
+
+def test_late_and_out_of_order_delays(messy: list) -> None:
+    late = [r for r in messy if r.kind == "late"]
+    ooo = [r for r in messy if r.kind == "out_of_order"]
+    ok = [r for r in messy if r.kind == "ok"]
+    assert len(late) == pytest.approx(N * MESSY.late_fraction, rel=0.25)
+    assert len(ooo) == pytest.approx(N * MESSY.out_of_order_fraction, rel=0.15)
+    for r in late:
+        assert MESSY.late_delay_ms <= r.timestamp_ms - r.event_time_ms <= (
+            MESSY.late_delay_ms + MESSY.out_of_order_max_ms
+        )
+    delays = [r.timestamp_ms - r.event_time_ms for r in ooo]
+    assert all(1 <= d <= MESSY.out_of_order_max_ms for d in delays)
+    assert sum(delays) / len(delays) == pytest.approx(MESSY.delay_mean_ms, rel=0.2)  # exponential mean
+    assert all(r.timestamp_ms == r.event_time_ms for r in ok)
+    # Out-of-order for real: event times go backwards compared with the previous record.
+    times = [r.event_time_ms for r in messy if r.kind != "malformed"]
+    assert sum(b < a for a, b in zip(times, times[1:], strict=False)) > len(ooo) // 2
+
+
+@pytest.mark.parametrize("distribution", ["uniform", "fixed"])
+def test_other_delay_distributions(distribution: str) -> None:
+    config = GeneratorConfig(
+        start_time_ms=START, out_of_order_fraction=1.0, delay_distribution=distribution, delay_mean_ms=500
+    )
+    delays = [r.timestamp_ms - r.event_time_ms for r in generate(config, 2000)]
+    if distribution == "fixed":
+        assert set(delays) == {500}
+    else:
+        assert min(delays) >= 1 and max(delays) <= 1000
+        assert sum(delays) / len(delays) == pytest.approx(500, rel=0.1)
+
+
+def test_clock_skew_applied_per_producer() -> None:
+    base = GeneratorConfig(start_time_ms=START, producers=3)
+    skewed = GeneratorConfig(start_time_ms=START, producers=3, clock_skew_ms=(0, -1500, 2500))
+    skews = {"producer-0": 0, "producer-1": -1500, "producer-2": 2500}
+    for a, b in zip(generate(base, 3000), generate(skewed, 3000), strict=True):
+        assert a.producer_id == b.producer_id and a.event_id == b.event_id
+        assert b.timestamp_ms - a.timestamp_ms == skews[a.producer_id]
+        assert b.event_time_ms - a.event_time_ms == skews[a.producer_id]
+        doc = json.loads(b.value)
+        assert parse_ts(doc["sent_time"]) == b.timestamp_ms
+
+
+def test_event_time_follows_the_rate_and_bursts() -> None:
+    steady = list(generate(GeneratorConfig(start_time_ms=START, rate=100), 1001))
+    assert steady[0].event_time_ms == START
+    assert steady[-1].event_time_ms == START + 10_000  # 1000 events at 100/s = 10 s
+    bursty = GeneratorConfig(start_time_ms=START, rate=100, burst_every_s=10, burst_seconds=2, burst_multiplier=5)
+    assert rate_at(bursty, 0.5) == 500 and rate_at(bursty, 5) == 100 and rate_at(bursty, 11) == 500
+    per_second = Counter((r.timestamp_ms - START) // 1000 for r in generate(bursty, 3000))
+    assert per_second[0] == pytest.approx(500, abs=2) and per_second[5] == pytest.approx(100, abs=2)
+    assert per_second[10] == pytest.approx(500, abs=2)
+
+
+def test_expected_events_are_the_distinct_valid_events(messy: list) -> None:
+    expected = expected_events(MESSY, N)
+    valid_ids = {r.event_id for r in messy if r.kind != "malformed"}
+    assert set(expected) == valid_ids
+    assert all(r.kind in ("ok", "out_of_order", "late") for r in expected.values())
+    new_events = sum(1 for r in messy if r.kind not in ("duplicate", "malformed"))
+    assert len(expected) == new_events
+
+
+def test_start_time_defaults_to_now_read_once() -> None:
+    import time
+
+    before = int(time.time() * 1000)
+    records = list(generate(GeneratorConfig(rate=1000), 10))
+    assert before <= records[0].timestamp_ms <= int(time.time() * 1000)
+    assert [r.timestamp_ms - records[0].timestamp_ms for r in records] == list(range(10))
+
+
+def test_timestamp_helpers_round_trip() -> None:
+    assert format_ts(START + 123) == "2026-11-21T10:00:00.123Z"
+    assert parse_ts("2026-11-21T10:00:00.123+00:00") == START + 123
+    assert parse_ts("2026-11-21T11:00:00.123+01:00") == START + 123
+    for ms in (0, 1, 999, 1_000, START, START + 86_399_999, -1):
+        assert parse_ts(format_ts(ms)) == ms
+
+
+@pytest.mark.parametrize(
+    ("changes", "fragment"),
+    [
+        ({"duplicate_rate": 1.5}, "duplicate_rate"),
+        ({"malformed_rate": -0.1}, "malformed_rate"),
+        ({"late_fraction": 0.6, "out_of_order_fraction": 0.6}, "add up to"),
+        ({"rate": 0}, "rate"),
+        ({"producers": 0}, "producers"),
+        ({"clock_skew_ms": (1, 2)}, "clock_skew_ms"),
+        ({"delay_distribution": "normal"}, "delay_distribution"),
+        ({"burst_every_s": 10, "burst_seconds": 0}, "burst_seconds"),
+        ({"burst_multiplier": 0}, "burst_multiplier"),
+        ({"delay_mean_ms": 0}, "delay_mean_ms"),
+        ({"late_delay_ms": -5}, "late_delay_ms"),
+    ],
+)
+def test_config_validation_errors_are_one_line(changes: dict, fragment: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        GeneratorConfig(**changes)
+    message = str(info.value)
+    assert fragment in message and "\n" not in message
+
+
+def test_negative_count_rejected() -> None:
+    with pytest.raises(ConfigError):
+        list(generate(GeneratorConfig(), -1))
