@@ -158,9 +158,7 @@ class Settings:
                 "TIDEWATER_KAFKA_SASL_PASSWORD"
             )
         if self.kafka_client not in KAFKA_CLIENTS:
-            raise ConfigError(
-                f"TIDEWATER_KAFKA_CLIENT={self.kafka_client!r} is not one of {', '.join(KAFKA_CLIENTS)}"
-            )
+            raise ConfigError(f"TIDEWATER_KAFKA_CLIENT={self.kafka_client!r} is not one of {', '.join(KAFKA_CLIENTS)}")
         scheme = urlparse(self.lake_uri).scheme
         if scheme not in ("file", "s3", "s3a"):
             raise ConfigError(

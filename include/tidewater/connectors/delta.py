@@ -19,6 +19,7 @@ Credentials for s3:// come from the environment (see :mod:`tidewater.lake.storag
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +41,7 @@ from tidewater.errors import ConfigError, DeltaSourceError
 from tidewater.lake.files import HIVE_NULL, write_data_files
 from tidewater.lake.storage import filesystem
 from tidewater.lake.tables import DataFile, LakeTable
+from tidewater.streaming import faults
 
 
 @dataclass(frozen=True)
@@ -94,9 +96,18 @@ def group_files(files: Sequence[DataFile], *, target_bytes: int = 128 * 1024 * 1
 
 
 class DeltaBatchReader(DataSourceReader):
-    def __init__(self, table: LakeTable, schema: pa.Schema, version: int | None, timestamp: str | None) -> None:
+    def __init__(
+        self,
+        table: LakeTable,
+        schema: pa.Schema,
+        version: int | None,
+        timestamp: str | None,
+        partition_filter: dict[str, list[str]] | None = None,
+    ) -> None:
+        from tidewater.lake.reads import select_files
+
         self.schema = schema
-        self.slices = group_files(table.files(version=version, timestamp=timestamp))
+        self.slices = group_files(select_files(table.files(version=version, timestamp=timestamp), partition_filter))
 
     def partitions(self) -> Sequence[InputPartition]:
         return self.slices
@@ -203,7 +214,10 @@ class StagedFiles(WriterCommitMessage):
 
 
 class DeltaStreamWriter(DataSourceStreamArrowWriter):
-    def __init__(self, table: LakeTable, schema: pa.Schema, partition_by: list[str], app_id: str) -> None:
+    def __init__(
+        self, table: LakeTable, schema: pa.Schema, partition_by: list[str], app_id: str, query_name: str
+    ) -> None:
+        self.query_name = query_name
         self.table = table
         self.schema = schema
         self.partition_by = partition_by
@@ -216,12 +230,14 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         actions = [a for m in messages if isinstance(m, StagedFiles) for a in m.actions]
-        self.table.commit_files(
+        result = self.table.commit_files(
             actions,
             app_id=self.app_id,
             batch_id=batchId,
-            metadata={"tidewater.app_id": self.app_id, "tidewater.batch_id": batchId},
+            metadata={"tidewater.query": self.query_name, "tidewater.batch_id": batchId},
         )
+        if result.committed:
+            faults.after_commit(self.query_name, batchId)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Staged files stay uncommitted and invisible; vacuum removes them."""
@@ -251,6 +267,7 @@ class DeltaDataSource(DataSource):
             self._arrow_schema(),
             int(version) if version else None,
             _option(self.options, "timestampAsOf"),
+            json.loads(_option(self.options, "partitionFilter") or "null"),
         )
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
@@ -265,5 +282,10 @@ class DeltaDataSource(DataSource):
             )
         table = self._table()
         meta = table.open().metadata()
-        return DeltaStreamWriter(table, LakeTable.arrow_schema(table.open()), list(meta.partition_columns), app_id)
-
+        return DeltaStreamWriter(
+            table,
+            LakeTable.arrow_schema(table.open()),
+            list(meta.partition_columns),
+            app_id,
+            _option(self.options, "queryName", app_id) or app_id,
+        )

@@ -94,9 +94,7 @@ class KafkaPythonClient:
         base.setdefault("bootstrap_timeout_ms", min(10_000, base.get("request_timeout_ms", 10_000)))
         try:
             # The probe consumer: tiny fetches that return the high watermark quickly.
-            self._probe = KafkaConsumer(
-                **base, enable_auto_commit=False, auto_offset_reset="none", fetch_max_wait_ms=1
-            )
+            self._probe = KafkaConsumer(**base, enable_auto_commit=False, auto_offset_reset="none", fetch_max_wait_ms=1)
             self._reader: Any = None
             self._reader_config = dict(
                 base,

@@ -33,6 +33,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from tidewater.config import Settings
 from tidewater.connectors.kafka_client import SPARK_RECORD_DDL, PartitionClient, make_client
 from tidewater.errors import ConfigError, DataLossError
 
@@ -109,9 +110,7 @@ def _parse_offset_spec(spec: str, what: str) -> Offsets | None:
         parsed = json.loads(spec)
         return {t: {str(p): int(o) for p, o in parts.items()} for t, parts in parsed.items()}
     except (ValueError, AttributeError, TypeError):
-        raise ConfigError(
-            f'{what}={spec!r} must be earliest, latest or JSON like {{"topic": {{"0": 42}}}}'
-        ) from None
+        raise ConfigError(f'{what}={spec!r} must be earliest, latest or JSON like {{"topic": {{"0": 42}}}}') from None
 
 
 class _KafkaPlanner:
@@ -332,3 +331,23 @@ class KafkaDataSource(DataSource):
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         return KafkaStreamReader(KafkaSourceOptions.parse(self.options))
+
+
+def source_options(settings: Settings, topic: str) -> dict[str, str]:
+    """Source options for ``topic`` from the platform settings."""
+    options = {
+        "kafka.bootstrap.servers": settings.kafka_bootstrap_servers,
+        "kafka.security.protocol": settings.kafka_security_protocol,
+        "kafka.request.timeout.ms": str(settings.kafka_request_timeout_ms),
+        "kafka.client": settings.kafka_client,
+        "subscribe": topic,
+        "startingOffsets": "earliest",
+        "maxOffsetsPerTrigger": str(settings.max_offsets_per_trigger),
+    }
+    if settings.kafka_sasl_mechanism:
+        options["kafka.sasl.mechanism"] = settings.kafka_sasl_mechanism
+        options["kafka.sasl.username"] = settings.kafka_sasl_username
+        options["kafka.sasl.password"] = settings.kafka_sasl_password
+    if settings.kafka_ssl_cafile:
+        options["kafka.ssl.cafile"] = settings.kafka_ssl_cafile
+    return options

@@ -54,47 +54,100 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = _DEFAULTS
     run = parser.add_argument_group("run")
     run.add_argument("--topic", default="rsvps", help="Kafka topic (created if missing; default: %(default)s)")
-    run.add_argument("--partitions", type=int, default=None,
-                     help="partitions when creating the topic (default: TIDEWATER_KAFKA_TOPIC_PARTITIONS)")
+    run.add_argument(
+        "--partitions",
+        type=int,
+        default=None,
+        help="partitions when creating the topic (default: TIDEWATER_KAFKA_TOPIC_PARTITIONS)",
+    )
     run.add_argument("--count", type=int, default=None, help="stop after this many records")
     run.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
-    run.add_argument("--as-fast-as-possible", action="store_true",
-                     help="do not pace sends to --rate (event times still follow the simulated schedule)")
+    run.add_argument(
+        "--as-fast-as-possible",
+        action="store_true",
+        help="do not pace sends to --rate (event times still follow the simulated schedule)",
+    )
 
     gen = parser.add_argument_group("generator")
     gen.add_argument("--seed", type=int, default=d["seed"], help="random seed (default: %(default)s)")
     gen.add_argument("--rate", type=float, default=d["rate"], help="events per second (default: %(default)s)")
-    gen.add_argument("--producers", type=int, default=d["producers"],
-                     help="logical producers, each with its own seq_no (default: %(default)s)")
+    gen.add_argument(
+        "--producers",
+        type=int,
+        default=d["producers"],
+        help="logical producers, each with its own seq_no (default: %(default)s)",
+    )
     gen.add_argument("--venues", type=int, default=d["venues"], help="venue pool size (default: %(default)s)")
     gen.add_argument("--members", type=int, default=d["members"], help="member pool size (default: %(default)s)")
-    gen.add_argument("--start-time", type=_start_time, default=None,
-                     help="simulated start, epoch ms or ISO-8601 (default: now)")
-    gen.add_argument("--burst-every", type=float, default=d["burst_every_s"],
-                     help="seconds between bursts, 0 = none (default: %(default)s)")
+    gen.add_argument(
+        "--start-time", type=_start_time, default=None, help="simulated start, epoch ms or ISO-8601 (default: now)"
+    )
+    gen.add_argument(
+        "--burst-every",
+        type=float,
+        default=d["burst_every_s"],
+        help="seconds between bursts, 0 = none (default: %(default)s)",
+    )
     gen.add_argument("--burst-seconds", type=float, default=d["burst_seconds"], help="length of a burst")
-    gen.add_argument("--burst-multiplier", type=float, default=d["burst_multiplier"],
-                     help="rate multiplier during a burst (default: %(default)s)")
+    gen.add_argument(
+        "--burst-multiplier",
+        type=float,
+        default=d["burst_multiplier"],
+        help="rate multiplier during a burst (default: %(default)s)",
+    )
 
     mess = parser.add_argument_group("imperfections (shares of all records)")
-    mess.add_argument("--duplicate-rate", type=float, default=d["duplicate_rate"],
-                      help="re-sends of earlier events (default: %(default)s)")
-    mess.add_argument("--out-of-order", type=float, default=d["out_of_order_fraction"],
-                      help="events sent a little after they happened (default: %(default)s)")
-    mess.add_argument("--late", type=float, default=d["late_fraction"],
-                      help="events sent far after they happened, beyond a watermark (default: %(default)s)")
-    mess.add_argument("--delay-distribution", choices=DELAY_DISTRIBUTIONS, default=d["delay_distribution"],
-                      help="distribution of out-of-order delays (default: %(default)s)")
-    mess.add_argument("--delay-mean-ms", type=int, default=d["delay_mean_ms"],
-                      help="mean out-of-order delay (default: %(default)s)")
-    mess.add_argument("--out-of-order-max-ms", type=int, default=d["out_of_order_max_ms"],
-                      help="largest out-of-order delay (default: %(default)s)")
-    mess.add_argument("--late-delay-ms", type=int, default=d["late_delay_ms"],
-                      help="minimum delay of late events (default: %(default)s)")
-    mess.add_argument("--clock-skew-ms", type=_skews, default=d["clock_skew_ms"],
-                      help="per-producer clock skew, comma list, one per producer (e.g. 0,-1500,3000)")
-    mess.add_argument("--malformed-rate", type=float, default=d["malformed_rate"],
-                      help="records that are not valid JSON or break the schema (default: %(default)s)")
+    mess.add_argument(
+        "--duplicate-rate",
+        type=float,
+        default=d["duplicate_rate"],
+        help="re-sends of earlier events (default: %(default)s)",
+    )
+    mess.add_argument(
+        "--out-of-order",
+        type=float,
+        default=d["out_of_order_fraction"],
+        help="events sent a little after they happened (default: %(default)s)",
+    )
+    mess.add_argument(
+        "--late",
+        type=float,
+        default=d["late_fraction"],
+        help="events sent far after they happened, beyond a watermark (default: %(default)s)",
+    )
+    mess.add_argument(
+        "--delay-distribution",
+        choices=DELAY_DISTRIBUTIONS,
+        default=d["delay_distribution"],
+        help="distribution of out-of-order delays (default: %(default)s)",
+    )
+    mess.add_argument(
+        "--delay-mean-ms", type=int, default=d["delay_mean_ms"], help="mean out-of-order delay (default: %(default)s)"
+    )
+    mess.add_argument(
+        "--out-of-order-max-ms",
+        type=int,
+        default=d["out_of_order_max_ms"],
+        help="largest out-of-order delay (default: %(default)s)",
+    )
+    mess.add_argument(
+        "--late-delay-ms",
+        type=int,
+        default=d["late_delay_ms"],
+        help="minimum delay of late events (default: %(default)s)",
+    )
+    mess.add_argument(
+        "--clock-skew-ms",
+        type=_skews,
+        default=d["clock_skew_ms"],
+        help="per-producer clock skew, comma list, one per producer (e.g. 0,-1500,3000)",
+    )
+    mess.add_argument(
+        "--malformed-rate",
+        type=float,
+        default=d["malformed_rate"],
+        help="records that are not valid JSON or break the schema (default: %(default)s)",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> GeneratorConfig:

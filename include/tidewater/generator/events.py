@@ -200,10 +200,50 @@ _CITIES = (
 )
 _VENUE_ADJ = ("Copper", "Blue", "Old", "Riverside", "Hidden", "Grand", "Little", "Golden", "Rusty", "North")
 _VENUE_NOUN = ("Kettle", "Hall", "Loft", "Commons", "Brewery", "Library", "Garage", "Lab", "Café", "Hub")
-_FIRST = ("Ana", "Ben", "Chloé", "Dmitri", "Eve", "Farah", "Gus", "Hana", "Ivan", "José", "Kai", "Lena",
-          "Mateo", "Nia", "Omar", "Priya", "Quinn", "Rosa", "Sven", "Tomás", "Uma", "Wei", "Yara", "Zoë")
-_LAST = ("Smith", "García", "Müller", "Okafor", "Tanaka", "Novak", "Silva", "Khan", "Dubois", "Larsen",
-         "Kowalski", "Nguyen", "O'Brien", "Rossi", "Haddad", "Ivanova")
+_FIRST = (
+    "Ana",
+    "Ben",
+    "Chloé",
+    "Dmitri",
+    "Eve",
+    "Farah",
+    "Gus",
+    "Hana",
+    "Ivan",
+    "José",
+    "Kai",
+    "Lena",
+    "Mateo",
+    "Nia",
+    "Omar",
+    "Priya",
+    "Quinn",
+    "Rosa",
+    "Sven",
+    "Tomás",
+    "Uma",
+    "Wei",
+    "Yara",
+    "Zoë",
+)
+_LAST = (
+    "Smith",
+    "García",
+    "Müller",
+    "Okafor",
+    "Tanaka",
+    "Novak",
+    "Silva",
+    "Khan",
+    "Dubois",
+    "Larsen",
+    "Kowalski",
+    "Nguyen",
+    "O'Brien",
+    "Rossi",
+    "Haddad",
+    "Ivanova",
+)
 
 
 @dataclass(frozen=True)

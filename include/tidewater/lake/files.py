@@ -119,9 +119,7 @@ def write_data_files(
     actions: list[dict[str, Any]] = []
     for key, parts in groups.items():
         data = pa.concat_tables(parts).select(data_schema.names)
-        subdir = "/".join(
-            f"{col}={HIVE_NULL if v is None else v}" for col, v in zip(partition_by, key, strict=True)
-        )
+        subdir = "/".join(f"{col}={HIVE_NULL if v is None else v}" for col, v in zip(partition_by, key, strict=True))
         for offset in range(0, data.num_rows, max_rows_per_file):
             chunk = data.slice(offset, max_rows_per_file)
             name = f"part-{uuid.uuid4()}.snappy.parquet"
@@ -142,4 +140,28 @@ def write_data_files(
     return actions
 
 
-ADD_ACTION_DDL = "path string, size long, partition_values map<string,string>, modification_time long, stats string"
+ADD_ACTION_SCHEMA = pa.schema(
+    [
+        ("path", pa.string()),
+        ("size", pa.int64()),
+        ("partition_values", pa.string()),  # JSON object
+        ("modification_time", pa.int64()),
+        ("stats", pa.string()),
+    ]
+)
+ADD_ACTION_DDL = "path string, size long, partition_values string, modification_time long, stats string"
+
+
+def actions_to_batch(actions: list[dict[str, Any]]) -> pa.RecordBatch:
+    """Add actions as one Arrow batch (how executors hand them to the driver through Spark)."""
+    rows = [dict(a, partition_values=json.dumps(a["partition_values"])) for a in actions]
+    return pa.RecordBatch.from_pylist(rows, schema=ADD_ACTION_SCHEMA)
+
+
+def actions_from_rows(rows: list[Any]) -> list[dict[str, Any]]:
+    out = []
+    for row in rows:
+        action = row.asDict() if hasattr(row, "asDict") else dict(row)
+        action["partition_values"] = json.loads(action["partition_values"] or "{}")
+        out.append(action)
+    return out

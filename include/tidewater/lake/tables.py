@@ -148,6 +148,10 @@ class LakeTable:
             for row in actions.to_pylist()
         ]
 
+    def row_count(self) -> int:
+        """Rows in the current snapshot, from file statistics (no data is read)."""
+        return sum(f.num_records or 0 for f in self.files())
+
     def history(self, limit: int | None = None) -> list[dict[str, Any]]:
         return self.open().history(limit)
 

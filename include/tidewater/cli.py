@@ -1,0 +1,358 @@
+"""The ``tidewater`` command.
+
+    tidewater platform            broker (embedded unless configured) + generator + streaming job
+    tidewater stream rsvps        run one pipeline's streaming queries (what spark_jobs/stream.py calls)
+    tidewater generate ...        produce RSVP events (see --help)
+    tidewater broker              run the embedded broker alone
+    tidewater topics create NAME  create a topic
+    tidewater tables              list the lake's tables: version, rows, files, size
+    tidewater pipelines           list declared pipelines
+
+Errors are printed as one line (``tidewater: <Kind>: <what to do>``) and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+
+from tidewater.config import Settings
+from tidewater.errors import ConfigError, TidewaterError, one_line
+
+log = logging.getLogger("tidewater")
+
+
+def project_root() -> Path:
+    """The checkout the package was installed from (editable install), holding spark_jobs/."""
+    return Path(__file__).resolve().parents[2]
+
+
+def spark_job(name: str) -> Path:
+    path = project_root() / "spark_jobs" / f"{name}.py"
+    if not path.exists():
+        raise ConfigError(f"spark job {path} not found: run tidewater from its checkout (./tw)")
+    return path
+
+
+class _StopOnSignal:
+    """SIGINT/SIGTERM set an event instead of raising, so shutdown runs in order."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.signal: int | None = None
+
+    def install(self) -> _StopOnSignal:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.event.is_set() and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # second Ctrl-C: give up on the orderly stop
+        self.signal = signum
+        self.event.set()
+
+
+# ---- stream ---------------------------------------------------------------------------------------
+
+
+def cmd_stream(args: argparse.Namespace, settings: Settings) -> int:
+    from tidewater.pipelines import get_pipeline
+    from tidewater.spark import build_session
+    from tidewater.streaming import faults
+    from tidewater.streaming.runner import PipelineStreams
+
+    if not settings.kafka_bootstrap_servers:
+        raise ConfigError(
+            "set TIDEWATER_KAFKA_BOOTSTRAP_SERVERS (the platform command sets it for the embedded broker)"
+        )
+    pipeline = get_pipeline(args.pipeline)
+    os.environ.setdefault(faults.DRIVER_PGID, str(os.getpgrp()))
+    stopper = _StopOnSignal().install()
+    spark = build_session(settings, f"tidewater-stream-{pipeline.name}")
+    streams = PipelineStreams(spark, settings, pipeline, namespace=args.namespace)
+    try:
+        if args.available_now:
+            streams.run_available_now()
+        else:
+            print(f"tidewater: streaming {pipeline.name} ({', '.join(t.query for t in streams.tiers)})", flush=True)
+            streams.run_forever(stopper.event, trigger_seconds=args.trigger_seconds)
+    finally:
+        streams.close()
+        spark.stop()
+    return 0
+
+
+# ---- platform -------------------------------------------------------------------------------------
+
+
+def cmd_platform(args: argparse.Namespace, settings: Settings) -> int:
+    from tidewater.broker import EmbeddedBroker
+    from tidewater.generator.events import GeneratorConfig
+    from tidewater.generator.producer import ensure_topic, produce
+    from tidewater.pipelines import get_pipeline
+
+    pipeline = get_pipeline(args.pipeline)
+    state = Path(settings.state_dir)
+    (state / "logs").mkdir(parents=True, exist_ok=True)
+    stopper = _StopOnSignal().install()
+    broker: EmbeddedBroker | None = None
+    stream: subprocess.Popen[bytes] | None = None
+    generator: threading.Thread | None = None
+    try:
+        if not settings.kafka_bootstrap_servers:
+            broker = EmbeddedBroker(port=settings.embedded_broker_port, log_path=state / "logs" / "broker.log").start()
+            settings = settings.replace(kafka_bootstrap_servers=broker.bootstrap_servers)
+            print(f"tidewater: embedded Kafka broker (tansu, in-memory) on {broker.bootstrap_servers}", flush=True)
+        ensure_topic(settings, pipeline.topic, settings.kafka_topic_partitions)
+
+        generator_errors: list[str] = []
+
+        def run_generator() -> None:
+            try:
+                produce(
+                    settings,
+                    pipeline.topic,
+                    GeneratorConfig(
+                        seed=args.seed,
+                        rate=args.rate,
+                        duplicate_rate=0.01,
+                        out_of_order_fraction=0.05,
+                        malformed_rate=0.002,
+                    ),
+                    realtime=True,
+                    stop=stopper.event,
+                )
+            except TidewaterError as exc:
+                generator_errors.append(one_line(exc))
+
+        if args.rate > 0:
+            generator = threading.Thread(target=run_generator, name="generator", daemon=True)
+            generator.start()
+            print(f"tidewater: generator producing ~{args.rate:g} RSVP events/s to topic {pipeline.topic}", flush=True)
+
+        stream_log = state / "logs" / f"stream-{pipeline.name}.log"
+        stream = launch_stream_job(settings, pipeline.name, stream_log)
+        print(f"tidewater: streaming job pid {stream.pid} (log: {stream_log})", flush=True)
+        print(f"tidewater: lake at {settings.lake_uri}/{settings.namespace}/{pipeline.name}/", flush=True)
+        print("tidewater: Ctrl-C stops everything this command started", flush=True)
+
+        while not stopper.event.wait(args.report_seconds):
+            if stream.poll() is not None:
+                raise TidewaterError(
+                    f"the streaming job exited with code {stream.returncode}: {last_error_line(stream_log)}"
+                )
+            if generator_errors:
+                raise TidewaterError(f"generator failed: {generator_errors[0]}")
+            print(table_report(settings, pipeline.name), flush=True)
+        print("tidewater: stopping", flush=True)
+        return 0
+    finally:
+        stopper.event.set()
+        if generator is not None:
+            generator.join(timeout=10)
+        if stream is not None:
+            stop_process_group(stream, timeout_s=60)
+        if broker is not None:
+            broker.stop()
+
+
+def launch_stream_job(settings: Settings, pipeline: str, log_path: Path) -> subprocess.Popen[bytes]:
+    """spark-submit the streaming job in its own process group (so it can be stopped as a whole)."""
+    from tidewater.spark import prepare_environment
+
+    prepare_environment(settings)
+    spark_submit = Path(sys.executable).parent / "spark-submit"
+    command = [
+        str(spark_submit),
+        "--master",
+        settings.spark_master,
+        "--driver-memory",
+        settings.spark_driver_memory,
+        "--conf",
+        "spark.driver.host=127.0.0.1",
+        str(spark_job("stream")),
+        pipeline,
+    ]
+    with open(log_path, "ab") as log_file:
+        return subprocess.Popen(
+            command,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **settings.to_env()},
+            start_new_session=True,
+        )
+
+
+def stop_process_group(process: subprocess.Popen[bytes], *, timeout_s: float) -> None:
+    """SIGTERM the group we started (graceful stop), SIGKILL it if it does not end in time."""
+    if process.poll() is not None:
+        return
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+    except ProcessLookupError:
+        pass
+
+
+def last_error_line(log_path: Path) -> str:
+    try:
+        lines = log_path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "no log"
+    for line in reversed(lines):
+        if line.startswith("tidewater: "):
+            return line.removeprefix("tidewater: ")
+    return lines[-1] if lines else "no output"
+
+
+def table_report(settings: Settings, pipeline_name: str) -> str:
+    from tidewater.lake.layout import PipelineLayout
+    from tidewater.lake.tables import LakeTable
+    from tidewater.pipelines import get_pipeline
+
+    layout = PipelineLayout.of(settings, get_pipeline(pipeline_name))
+    parts = []
+    for name in layout.table_names:
+        table = LakeTable(layout.table_uri(name))
+        try:
+            parts.append(f"{name}={table.row_count():,}")
+        except TidewaterError:
+            parts.append(f"{name}=-")
+    return f"[{time.strftime('%H:%M:%S')}] rows: " + "  ".join(parts)
+
+
+# ---- small commands -------------------------------------------------------------------------------
+
+
+def cmd_broker(args: argparse.Namespace, settings: Settings) -> int:
+    from tidewater.broker import EmbeddedBroker
+
+    stopper = _StopOnSignal().install()
+    with EmbeddedBroker(port=args.port or settings.embedded_broker_port) as broker:
+        print(f"tidewater: embedded broker on {broker.bootstrap_servers} (Ctrl-C stops it)", flush=True)
+        stopper.event.wait()
+    return 0
+
+
+def cmd_topics(args: argparse.Namespace, settings: Settings) -> int:
+    from tidewater.generator.producer import ensure_topic
+
+    ensure_topic(settings, args.name, args.partitions)
+    print(f"tidewater: topic {args.name} ready on {settings.kafka_bootstrap_servers}")
+    return 0
+
+
+def cmd_tables(args: argparse.Namespace, settings: Settings) -> int:
+    from tidewater.lake.layout import PipelineLayout
+    from tidewater.lake.tables import LakeTable
+    from tidewater.pipelines import all_pipelines
+
+    print(f"{'table':<60} {'version':>7} {'rows':>12} {'files':>6} {'MiB':>8}")
+    for pipeline in all_pipelines().values():
+        layout = PipelineLayout.of(settings, pipeline, args.namespace)
+        for name in layout.table_names:
+            table = LakeTable(layout.table_uri(name))
+            if not table.exists():
+                continue
+            files = table.files()
+            rows = sum(f.num_records or 0 for f in files)
+            size = sum(f.size for f in files) / 2**20
+            print(f"{table.uri:<60} {table.version():>7} {rows:>12,} {len(files):>6} {size:>8.1f}")
+    return 0
+
+
+def cmd_pipelines(args: argparse.Namespace, settings: Settings) -> int:
+    from tidewater.pipelines import all_pipelines
+
+    for pipeline in all_pipelines().values():
+        gold = ", ".join(g.name for g in pipeline.gold)
+        print(f"{pipeline.name}: topic {pipeline.topic}, watermark {pipeline.watermark}, gold: {gold}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from tidewater.generator import cli as generator_cli
+
+    parser = argparse.ArgumentParser(
+        prog="tidewater", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    platform = sub.add_parser("platform", help="run broker, generator and streaming job until Ctrl-C")
+    platform.add_argument("--pipeline", default="rsvps")
+    platform.add_argument("--rate", type=float, default=500.0, help="generated events per second (0: none)")
+    platform.add_argument("--seed", type=int, default=42)
+    platform.add_argument("--report-seconds", type=float, default=10.0, help="how often to print table counts")
+    platform.set_defaults(func=cmd_platform)
+
+    stream = sub.add_parser("stream", help="run a pipeline's streaming queries")
+    stream.add_argument("pipeline")
+    stream.add_argument("--namespace", default=None, help="lake namespace (default: TIDEWATER_NAMESPACE or live)")
+    stream.add_argument(
+        "--available-now", action="store_true", help="process what is available, tier by tier, then exit"
+    )
+    stream.add_argument("--trigger-seconds", type=float, default=None)
+    stream.set_defaults(func=cmd_stream)
+
+    generate = sub.add_parser("generate", help="produce RSVP events")
+    generator_cli.add_arguments(generate)
+    generate.set_defaults(func=lambda a, s: generator_cli.run(a, s))
+
+    broker = sub.add_parser("broker", help="run the embedded broker until Ctrl-C")
+    broker.add_argument("--port", type=int, default=0)
+    broker.set_defaults(func=cmd_broker)
+
+    topics = sub.add_parser("topics", help="manage topics")
+    topics_sub = topics.add_subparsers(dest="topics_command", required=True)
+    create = topics_sub.add_parser("create")
+    create.add_argument("name")
+    create.add_argument("--partitions", type=int, default=4)
+    create.set_defaults(func=cmd_topics)
+
+    tables = sub.add_parser("tables", help="list the lake's tables")
+    tables.add_argument("--namespace", default=None)
+    tables.set_defaults(func=cmd_tables)
+
+    pipelines = sub.add_parser("pipelines", help="list declared pipelines")
+    pipelines.set_defaults(func=cmd_pipelines)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        settings = Settings.from_env()
+        return int(args.func(args, settings) or 0)
+    except TidewaterError as exc:
+        print(f"tidewater: {one_line(exc)}", file=sys.stderr, flush=True)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # Spark/Java errors: one line first, details in the log
+        print(f"tidewater: {one_line(exc)}", file=sys.stderr, flush=True)
+        log.debug("details", exc_info=True)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""Where a pipeline's tables and checkpoints live.
+
+    <lake root>/<namespace>/<pipeline>/bronze | silver | quarantine | gold/<name>
+    <checkpoint root>/<namespace>/<pipeline>/<query>
+
+The namespace is ``live`` for the tables people query; a sandbox replay uses another one, so it
+can never touch live tables or live checkpoints.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from tidewater.config import Settings
+from tidewater.lake.storage import join
+from tidewater.pipelines.base import Pipeline
+
+
+@dataclass(frozen=True)
+class PipelineLayout:
+    settings: Settings
+    pipeline: Pipeline
+    namespace: str
+
+    @classmethod
+    def of(cls, settings: Settings, pipeline: Pipeline, namespace: str | None = None) -> PipelineLayout:
+        return cls(settings, pipeline, namespace or settings.namespace)
+
+    @property
+    def table_names(self) -> tuple[str, ...]:
+        return ("bronze", "silver", "quarantine", *(f"gold/{g.name}" for g in self.pipeline.gold))
+
+    def table_uri(self, table: str) -> str:
+        if table not in self.table_names:
+            raise KeyError(f"pipeline {self.pipeline.name} has no table {table!r}; tables: {self.table_names}")
+        return join(self.settings.lake_uri, self.namespace, self.pipeline.name, table)
+
+    def checkpoint(self, query: str) -> Path:
+        return self.settings.checkpoint_dir / self.namespace / self.pipeline.name / query
+
+    def progress_dir(self) -> Path:
+        return Path(self.settings.state_dir).absolute() / "progress" / self.namespace / self.pipeline.name

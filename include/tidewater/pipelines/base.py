@@ -1,0 +1,107 @@
+"""What a pipeline declares, and the pure transforms derived from the declaration.
+
+A pipeline is one module exposing ``PIPELINE = Pipeline(...)``: the Kafka topic, the payload
+schema, how payload fields become silver columns, the validation rules, the business key, the
+event-time column and its watermark, and the gold tables. Everything else (tables, streams,
+batch recomputes, checkpoints) is derived from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
+
+from tidewater import transforms
+from tidewater.connectors.kafka_client import SPARK_RECORD_DDL
+
+GoldBuilder = Callable[[DataFrame], DataFrame]
+
+
+@dataclass(frozen=True, kw_only=True)
+class GoldTable:
+    """An event-time aggregate computed from silver and upserted on ``keys``."""
+
+    name: str
+    description: str
+    keys: tuple[str, ...]
+    build: GoldBuilder  # silver -> gold rows; pure, sets its own watermark
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pipeline:
+    name: str
+    description: str
+    topic: str
+    payload_schema: StructType
+    # silver column name -> SQL expression over the parsed payload struct ``p``
+    columns: Mapping[str, str]
+    rules: tuple[transforms.Rule, ...] = ()
+    key: str = "event_id"
+    event_time: str = "event_time"
+    watermark: str = "2 minutes"
+    gold: tuple[GoldTable, ...] = ()
+    partition_column: str = "event_date"
+    # how far event time may run ahead of the clock before it counts as "in the future"
+    clock_skew_tolerance: str = "5 minutes"
+    extra: Mapping[str, object] = field(default_factory=dict)
+
+    # ---- pure transforms --------------------------------------------------------------------------
+
+    def parse(self, bronze: DataFrame) -> DataFrame:
+        """Bronze -> typed rows with lineage and ``_error`` (see :func:`transforms.parse_payload`)."""
+        flatten = [F.expr(expr).alias(name) for name, expr in self.columns.items()]
+        parsed = transforms.parse_payload(bronze, payload_schema=self.payload_schema, flatten=flatten, rules=self.rules)
+        return parsed.withColumn(self.partition_column, F.to_date(self.event_time))
+
+    @property
+    def silver_columns(self) -> tuple[str, ...]:
+        return (*self.columns, self.partition_column, *transforms.LINEAGE_COLUMNS)
+
+    def silver(self, parsed: DataFrame) -> DataFrame:
+        """Valid rows only (duplicates still present: see :meth:`dedup`)."""
+        return transforms.valid_rows(parsed, self.silver_columns)
+
+    def quarantine(self, parsed: DataFrame) -> DataFrame:
+        return transforms.quarantined_rows(parsed)
+
+    def dedup(self, silver: DataFrame) -> DataFrame:
+        return transforms.first_per_key(silver, self.key)
+
+    def silver_from_bronze(self, bronze: DataFrame) -> DataFrame:
+        """The whole bronze -> silver step for a bounded input (batch recompute, replay)."""
+        return self.dedup(self.silver(self.parse(bronze)))
+
+    def gold_table(self, name: str) -> GoldTable:
+        for table in self.gold:
+            if table.name == name:
+                return table
+        raise KeyError(f"pipeline {self.name} has no gold table {name!r}")
+
+    # ---- schemas, derived by running the transforms on empty input --------------------------------
+
+    def schemas(self, spark: SparkSession) -> dict[str, pa.Schema]:
+        """Arrow schemas of every table: bronze, silver, quarantine and each gold table."""
+        kafka = spark.createDataFrame([], SPARK_RECORD_DDL)
+        bronze = transforms.to_bronze(kafka)
+        parsed = self.parse(bronze)
+        silver = self.silver(parsed)
+        out = {
+            "bronze": _arrow(bronze.schema),
+            "silver": _arrow(silver.schema),
+            "quarantine": _arrow(self.quarantine(parsed).schema),
+        }
+        for table in self.gold:
+            out[f"gold/{table.name}"] = _arrow(table.build(silver).schema)
+        return out
+
+
+def _arrow(schema: StructType) -> pa.Schema:
+    """Spark schema -> Arrow, every field nullable (Delta columns are; Spark's flags vary by plan)."""
+    arrow = to_arrow_schema(schema, timezone="UTC")
+    return pa.schema([f.with_nullable(True) for f in arrow])

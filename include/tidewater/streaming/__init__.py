@@ -1,0 +1,1 @@
+"""Long-running streaming queries: checkpoints, micro-batch writers, progress, the runner."""

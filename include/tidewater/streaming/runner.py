@@ -1,0 +1,203 @@
+"""Run a pipeline's streaming queries: Kafka -> bronze -> silver (+ quarantine) -> gold.
+
+Each tier is its own query with its own checkpoint, reading the Delta table below it, so a
+replay from bronze reproduces silver and gold without Kafka. Two ways to run:
+
+* :meth:`PipelineStreams.run_forever`: all queries at once on a processing-time trigger (the
+  long-running job), until a stop is requested or a query fails (then all stop, and the error is
+  raised).
+* :meth:`PipelineStreams.run_available_now`: tier by tier with Trigger.AvailableNow, each tier
+  finishing before the next starts, so one run processes everything that was in Kafka at its
+  start all the way to gold ("batch is a bounded stream").
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from tidewater import transforms
+from tidewater.config import Settings
+from tidewater.connectors.kafka_client import KafkaPythonClient
+from tidewater.connectors.kafka_source import source_options
+from tidewater.errors import TidewaterError, one_line
+from tidewater.lake.layout import PipelineLayout
+from tidewater.lake.tables import LakeTable
+from tidewater.pipelines.base import Pipeline
+from tidewater.streaming.checkpoint import Checkpoint, claim
+from tidewater.streaming.progress import ProgressRecorder
+from tidewater.streaming.writers import GoldWriter, SilverWriter
+
+log = logging.getLogger(__name__)
+
+
+class StreamFailedError(TidewaterError):
+    """A streaming query stopped with an error."""
+
+
+@dataclass(frozen=True)
+class Tier:
+    query: str  # "bronze", "silver" or "gold_<name>"
+    source: str
+    target: str
+
+
+class PipelineStreams:
+    def __init__(self, spark: SparkSession, settings: Settings, pipeline: Pipeline, *, namespace: str | None = None):
+        self.spark = spark
+        self.settings = settings
+        self.pipeline = pipeline
+        self.layout = PipelineLayout.of(settings, pipeline, namespace)
+        self.checkpoints: dict[str, Checkpoint] = {}
+        self.queries: dict[str, StreamingQuery] = {}
+        self._listener: ProgressRecorder | None = None
+
+    # ---- set-up -----------------------------------------------------------------------------------
+
+    @property
+    def tiers(self) -> list[Tier]:
+        uri = self.layout.table_uri
+        tiers = [
+            Tier("bronze", f"kafka:{self.pipeline.topic}", uri("bronze")),
+            Tier("silver", uri("bronze"), uri("silver")),
+        ]
+        tiers += [Tier(f"gold_{g.name}", uri("silver"), uri(f"gold/{g.name}")) for g in self.pipeline.gold]
+        return tiers
+
+    def preflight(self) -> None:
+        """Fail in one line, before Spark starts anything, if Kafka or the topic is missing."""
+        client = KafkaPythonClient(self.settings.kafka_client_config(), stall_timeout_s=15)
+        try:
+            client.partitions(self.pipeline.topic)
+        finally:
+            client.close()
+
+    def ensure_tables(self) -> None:
+        schemas = self.pipeline.schemas(self.spark)
+        partitioning = {
+            "bronze": ("ingest_date",),
+            "silver": (self.pipeline.partition_column,),
+            "quarantine": ("quarantine_date",),
+        }
+        for name in self.layout.table_names:
+            LakeTable(self.layout.table_uri(name)).ensure(
+                schemas[name],
+                partition_by=partitioning.get(name, ()),
+                description=f"{self.pipeline.name} {name}",
+            )
+
+    def prepare(self) -> None:
+        self.preflight()
+        self.ensure_tables()
+        if self._listener is None:
+            self._listener = ProgressRecorder(self.layout.progress_dir())
+            self.spark.streams.addListener(self._listener)
+
+    def _claim(self, tier: Tier) -> Checkpoint:
+        if tier.query not in self.checkpoints:
+            self.checkpoints[tier.query] = claim(
+                self.layout.checkpoint(tier.query),
+                pipeline=self.pipeline.name,
+                namespace=self.layout.namespace,
+                query=tier.query,
+                source=tier.source,
+                target=tier.target,
+            )
+        return self.checkpoints[tier.query]
+
+    def query_name(self, query: str) -> str:
+        return f"{self.layout.namespace}.{self.pipeline.name}.{query}"
+
+    # ---- the queries ------------------------------------------------------------------------------
+
+    def start(self, tier: Tier, trigger: dict[str, Any]) -> StreamingQuery:
+        checkpoint = self._claim(tier)
+        name = self.query_name(tier.query)
+        if tier.query == "bronze":
+            kafka = (
+                self.spark.readStream.format("tidewater-kafka")
+                .options(**source_options(self.settings, self.pipeline.topic))
+                .load()
+            )
+            writer = (
+                transforms.to_bronze(kafka)
+                .writeStream.format("tidewater-delta")
+                .option("appId", checkpoint.app_id)
+                .option("queryName", name)
+                .option("path", tier.target)
+            )
+        elif tier.query == "silver":
+            bronze = self.spark.readStream.format("tidewater-delta").load(tier.source)
+            writer = bronze.writeStream.foreachBatch(
+                SilverWriter(
+                    self.pipeline,
+                    silver=LakeTable(tier.target),
+                    quarantine=LakeTable(self.layout.table_uri("quarantine")),
+                    app_id=checkpoint.app_id,
+                    query=name,
+                )
+            )
+        else:
+            gold = self.pipeline.gold_table(tier.query.removeprefix("gold_"))
+            # Batch recomputes overwrite silver intervals; the stream follows appends only.
+            silver = (
+                self.spark.readStream.format("tidewater-delta").option("skipChangeCommits", "true").load(tier.source)
+            )
+            writer = (
+                gold.build(silver)
+                .writeStream.outputMode("update")
+                .foreachBatch(GoldWriter(gold, table=LakeTable(tier.target), app_id=checkpoint.app_id, query=name))
+            )
+        query = writer.queryName(name).option("checkpointLocation", str(checkpoint.path)).trigger(**trigger).start()
+        self.queries[tier.query] = query
+        log.info("started %s (%s -> %s)", name, tier.source, tier.target)
+        return query
+
+    def run_available_now(self) -> None:
+        """Process everything available now, tier by tier, then return."""
+        self.prepare()
+        for tier in self.tiers:
+            query = self.start(tier, {"availableNow": True})
+            try:
+                query.awaitTermination()
+            except Exception as exc:
+                raise StreamFailedError(f"{self.query_name(tier.query)} failed: {one_line(exc)}") from exc
+
+    def run_forever(self, stop: threading.Event, *, trigger_seconds: float | None = None) -> None:
+        """Run every tier concurrently until ``stop`` is set or a query fails."""
+        self.prepare()
+        seconds = trigger_seconds if trigger_seconds is not None else self.settings.trigger_seconds
+        for tier in self.tiers:
+            self.start(tier, {"processingTime": f"{seconds} seconds"})
+        try:
+            while not stop.is_set():
+                for query_name, query in self.queries.items():
+                    if not query.isActive:
+                        error = query.exception()
+                        detail = one_line(error) if error else "stopped unexpectedly"
+                        raise StreamFailedError(f"{self.query_name(query_name)} failed: {detail}")
+                stop.wait(1.0)
+        finally:
+            self.stop()
+
+    def stop(self) -> None:
+        for query in self.queries.values():
+            try:
+                query.stop()
+            except Exception as exc:  # stopping must not mask the original error
+                log.warning("stopping %s: %s", query.name, one_line(exc))
+        self.queries.clear()
+
+    def close(self) -> None:
+        self.stop()
+        if self._listener is not None:
+            self.spark.streams.removeListener(self._listener)
+            self._listener = None
+        for checkpoint in self.checkpoints.values():
+            checkpoint.release()
+        self.checkpoints.clear()
