@@ -109,9 +109,11 @@ class Settings:
         return Path(root).absolute()
 
     def storage_options(self) -> dict[str, str]:
-        """Options for delta-rs (object_store); empty for the local file system."""
-        if not self.lake_is_s3:
-            return {}
+        """Options for delta-rs (object_store) for the lake root; empty for the local file system."""
+        return self.s3_storage_options() if self.lake_is_s3 else {}
+
+    def s3_storage_options(self) -> dict[str, str]:
+        """delta-rs options for any s3:// URI: region, endpoint, credentials from AWS_*."""
         opts = {
             "AWS_REGION": self.s3_region,
             # Safe concurrent commits on S3-compatible stores that lack atomic rename (MinIO).

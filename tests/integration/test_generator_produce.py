@@ -95,9 +95,7 @@ def test_produced_records_read_back_exactly(settings: Settings, broker: Embedded
     assert {k: v for k, v in report.by_kind.items() if v} == Counter(r.kind for r in generated)
     assert reports and reports[-1] is report  # the final state is reported
     for producer_id in ("producer-0", "producer-1", "producer-2"):
-        assert report.last_seq_no[producer_id] == max(
-            r.seq_no for r in generated if r.producer_id == producer_id
-        )
+        assert report.last_seq_no[producer_id] == max(r.seq_no for r in generated if r.producer_id == producer_id)
 
     by_partition = read_partitions(broker.bootstrap_servers, topic, 4)
     assert sum(len(v) for v in by_partition.values()) == 2000

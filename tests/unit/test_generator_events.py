@@ -152,8 +152,8 @@ def test_late_and_out_of_order_delays(messy: list) -> None:
     assert len(late) == pytest.approx(N * MESSY.late_fraction, rel=0.25)
     assert len(ooo) == pytest.approx(N * MESSY.out_of_order_fraction, rel=0.15)
     for r in late:
-        assert MESSY.late_delay_ms <= r.timestamp_ms - r.event_time_ms <= (
-            MESSY.late_delay_ms + MESSY.out_of_order_max_ms
+        assert (
+            MESSY.late_delay_ms <= r.timestamp_ms - r.event_time_ms <= (MESSY.late_delay_ms + MESSY.out_of_order_max_ms)
         )
     delays = [r.timestamp_ms - r.event_time_ms for r in ooo]
     assert all(1 <= d <= MESSY.out_of_order_max_ms for d in delays)

@@ -24,7 +24,7 @@ def storage_options(uri: str) -> dict[str, str]:
     """delta-rs storage options for a table URI."""
     if not is_s3(uri):
         return {}
-    return _settings().storage_options()
+    return _settings().s3_storage_options()
 
 
 @lru_cache(maxsize=1)

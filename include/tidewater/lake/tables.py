@@ -70,7 +70,7 @@ class LakeTable:
         except TableNotFoundError:
             return False
         except OSError as exc:
-            raise LakePathError(f"cannot read table {self.uri}: {str(exc).splitlines()[0]}") from None
+            raise LakePathError(f"cannot read table {self.uri}: {_brief(exc)}") from None
 
     def ensure(
         self,
@@ -92,7 +92,7 @@ class LakeTable:
             )
         except OSError as exc:
             raise LakePathError(
-                f"cannot create table {self.uri}: {str(exc).splitlines()[0]} - check the lake root exists "
+                f"cannot create table {self.uri}: {_brief(exc)} - check the lake root exists "
                 "and is writable (TIDEWATER_LAKE_ROOT)"
             ) from None
         existing = set(self.arrow_schema(table).names)
@@ -110,7 +110,7 @@ class LakeTable:
         except TableNotFoundError:
             raise LakePathError(f"no Delta table at {self.uri}") from None
         except OSError as exc:
-            raise LakePathError(f"cannot read table {self.uri}: {str(exc).splitlines()[0]}") from None
+            raise LakePathError(f"cannot read table {self.uri}: {_brief(exc)}") from None
         if timestamp is not None:
             table.load_as_version(timestamp)
         return table
@@ -279,3 +279,8 @@ class LakeTable:
 
 def _text(value: Any) -> str | None:
     return None if value is None else str(value)
+
+
+def _brief(exc: BaseException) -> str:
+    """delta-rs errors span lines (cause chains): fold them into one short line."""
+    return " ".join(str(exc).split())[:300]

@@ -1,0 +1,157 @@
+"""Shared fixtures: a real tansu broker, a real local SparkSession, a real moto S3 server.
+
+Every process a fixture starts is stopped by PID in its finalizer, also when tests fail.
+Markers (broker, spark, s3) are added from the fixtures a test uses, so ``-m "not spark"``
+gives a fast subset while working.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tidewater.broker import EmbeddedBroker, free_port
+from tidewater.config import Settings
+from tidewater.lake import storage
+
+ROOT = Path(__file__).resolve().parents[1]
+S3_BUCKET = "tidewater-test"
+MARKED_FIXTURES = {"broker": "broker", "spark": "spark", "s3_server": "s3"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for fixture, marker in MARKED_FIXTURES.items():
+            if fixture in getattr(item, "fixturenames", ()):
+                item.add_marker(marker)
+
+
+@pytest.fixture(scope="session")
+def broker() -> Iterator[EmbeddedBroker]:
+    with EmbeddedBroker() as running:
+        yield running
+
+
+@pytest.fixture
+def make_topic(broker: EmbeddedBroker) -> Callable[..., str]:
+    """Create a fresh topic (unique name) with N partitions."""
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+
+    def create(partitions: int = 4, prefix: str = "t") -> str:
+        name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
+        try:
+            admin.create_topics([NewTopic(name, partitions, 1)])
+        finally:
+            admin.close()
+        return name
+
+    return create
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """moto's S3-compatible server on 127.0.0.1 (MinIO cannot be installed here), with one bucket."""
+    port = free_port()
+    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "wb")  # noqa: SIM115
+    process = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        import boto3
+
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                client = boto3.client(
+                    "s3",
+                    endpoint_url=endpoint,
+                    aws_access_key_id="testing",
+                    aws_secret_access_key="testing",
+                    region_name="us-east-1",
+                )
+                client.create_bucket(Bucket=S3_BUCKET)
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.3)
+        yield endpoint
+    finally:
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.kill(process.pid, signal.SIGKILL)
+                process.wait()
+        log.close()
+
+
+@pytest.fixture(scope="session")
+def s3_env(s3_server: str) -> Iterator[dict[str, str]]:
+    """AWS_* and TIDEWATER_S3_* variables for the moto server (set for the whole session, so Spark's
+    Python workers, which inherit the JVM's environment, see them too)."""
+    env = {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_REGION": "us-east-1",
+        "TIDEWATER_S3_ENDPOINT_URL": s3_server,
+        "TIDEWATER_S3_ALLOW_HTTP": "true",
+    }
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    storage.reset_cache()
+    yield env
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    storage.reset_cache()
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory, s3_env: dict[str, str]):
+    """One local[2] SparkSession for the whole run (starting one costs ~10 s)."""
+    from tidewater.spark import build_session
+
+    state = tmp_path_factory.mktemp("spark-state")
+    settings = Settings(state_dir=str(state))
+    session = build_session(settings, "tidewater-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    """Settings rooted in this test's temporary directory (no broker)."""
+    return Settings(state_dir=str(tmp_path / "state"), kafka_request_timeout_ms=5000)
+
+
+@pytest.fixture
+def kafka_settings(settings: Settings, broker: EmbeddedBroker) -> Settings:
+    return settings.replace(kafka_bootstrap_servers=broker.bootstrap_servers)
+
+
+@pytest.fixture
+def lake_uri(tmp_path: Path) -> str:
+    return (tmp_path / "lake").as_uri()
+
+
+@pytest.fixture
+def s3_lake_uri(s3_env: dict[str, str]) -> str:
+    return f"s3://{S3_BUCKET}/{uuid.uuid4().hex[:8]}"
