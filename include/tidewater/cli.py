@@ -78,17 +78,21 @@ def cmd_stream(args: argparse.Namespace, settings: Settings) -> int:
     pipeline = get_pipeline(args.pipeline)
     os.environ.setdefault(faults.DRIVER_PGID, str(os.getpgrp()))
     stopper = _StopOnSignal().install()
-    spark = build_session(settings, f"tidewater-stream-{pipeline.name}")
-    streams = PipelineStreams(spark, settings, pipeline, namespace=args.namespace)
+    streams = PipelineStreams(settings, pipeline, namespace=args.namespace)
     try:
-        if args.available_now:
-            streams.run_available_now()
-        else:
-            print(f"tidewater: streaming {pipeline.name} ({', '.join(t.query for t in streams.tiers)})", flush=True)
-            streams.run_forever(stopper.event, trigger_seconds=args.trigger_seconds)
+        streams.preflight()  # one-line errors before a JVM starts
+        spark = build_session(settings, f"tidewater-stream-{pipeline.name}")
+        try:
+            if args.available_now:
+                streams.run_available_now(spark)
+            else:
+                print(f"tidewater: streaming {pipeline.name} ({', '.join(t.query for t in streams.tiers)})", flush=True)
+                streams.run_forever(spark, stopper.event, trigger_seconds=args.trigger_seconds)
+        finally:
+            streams.close()
+            spark.stop()
     finally:
         streams.close()
-        spark.stop()
     return 0
 
 
@@ -113,7 +117,8 @@ def cmd_platform(args: argparse.Namespace, settings: Settings) -> int:
             broker = EmbeddedBroker(port=settings.embedded_broker_port, log_path=state / "logs" / "broker.log").start()
             settings = settings.replace(kafka_bootstrap_servers=broker.bootstrap_servers)
             print(f"tidewater: embedded Kafka broker (tansu, in-memory) on {broker.bootstrap_servers}", flush=True)
-        ensure_topic(settings, pipeline.topic, settings.kafka_topic_partitions)
+        topic = settings.topic(pipeline.topic)
+        ensure_topic(settings, topic, settings.kafka_topic_partitions)
 
         generator_errors: list[str] = []
 
@@ -121,7 +126,7 @@ def cmd_platform(args: argparse.Namespace, settings: Settings) -> int:
             try:
                 produce(
                     settings,
-                    pipeline.topic,
+                    topic,
                     GeneratorConfig(
                         seed=args.seed,
                         rate=args.rate,
@@ -138,7 +143,7 @@ def cmd_platform(args: argparse.Namespace, settings: Settings) -> int:
         if args.rate > 0:
             generator = threading.Thread(target=run_generator, name="generator", daemon=True)
             generator.start()
-            print(f"tidewater: generator producing ~{args.rate:g} RSVP events/s to topic {pipeline.topic}", flush=True)
+            print(f"tidewater: generator producing ~{args.rate:g} RSVP events/s to topic {topic}", flush=True)
 
         stream_log = state / "logs" / f"stream-{pipeline.name}.log"
         stream = launch_stream_job(settings, pipeline.name, stream_log)

@@ -44,6 +44,7 @@ class Settings:
     kafka_client: str = "kafka-python"  # backend of the Spark Kafka source
     kafka_request_timeout_ms: int = 15000
     kafka_topic_partitions: int = 4
+    kafka_topic_prefix: str = ""  # prepended to every pipeline's topic (shared clusters, tests)
     embedded_broker_port: int = 0  # 0 = pick a free port
 
     # Lake: file:///abs/path or s3://bucket/prefix. Empty means <state_dir>/lake.
@@ -142,6 +143,9 @@ class Settings:
         if self.kafka_ssl_cafile:
             config["ssl_cafile"] = self.kafka_ssl_cafile
         return config
+
+    def topic(self, name: str) -> str:
+        return f"{self.kafka_topic_prefix}{name}"
 
     # ---- validation -----------------------------------------------------------------------------
 

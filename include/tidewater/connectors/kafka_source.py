@@ -204,11 +204,15 @@ class _KafkaPlanner:
     def split(self, start: Offsets, end: Offsets) -> list[KafkaRange]:
         ranges: list[KafkaRange] = []
         step = self.options.max_records_per_partition
+        # failOnDataLoss=false: skip offsets retention already deleted (reading them fails on the broker).
+        retained = None if self.options.fail_on_data_loss else self.earliest_offsets()
         for topic, parts in end.items():
             for p, stop in parts.items():
                 begin = start.get(topic, {}).get(p)
                 if begin is None:  # a partition that appeared since the last batch
                     begin = self.earliest_offsets()[topic][p]
+                if retained is not None:
+                    begin = max(begin, retained.get(topic, {}).get(p, begin))
                 for lo in range(begin, stop, step):
                     ranges.append(KafkaRange(topic, int(p), lo, min(stop, lo + step)))
         return ranges
@@ -314,7 +318,8 @@ class KafkaBatchReader(DataSourceReader):
         return self._ranges
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, KafkaRange)
+        if not isinstance(partition, KafkaRange):  # Spark plans one InputPartition(None) for an empty range
+            return iter(())
         return read_range(self.options, partition)
 
 

@@ -12,13 +12,15 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 from deltalake import DeltaTable, write_deltalake
-from deltalake.exceptions import TableNotFoundError
+from deltalake.exceptions import DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction, CommitProperties, Transaction
 
 from tidewater.errors import LakePathError
@@ -69,7 +71,7 @@ class LakeTable:
             return True
         except TableNotFoundError:
             return False
-        except OSError as exc:
+        except (OSError, DeltaError) as exc:
             raise LakePathError(f"cannot read table {self.uri}: {_brief(exc)}") from None
 
     def ensure(
@@ -90,7 +92,7 @@ class LakeTable:
                 configuration=DEFAULT_TABLE_CONFIGURATION,
                 storage_options=self._options,
             )
-        except OSError as exc:
+        except (OSError, DeltaError) as exc:  # deltalake's errors are not OSErrors
             raise LakePathError(
                 f"cannot create table {self.uri}: {_brief(exc)} - check the lake root exists "
                 "and is writable (TIDEWATER_LAKE_ROOT)"
@@ -109,7 +111,7 @@ class LakeTable:
             table = DeltaTable(self.uri, version=version, storage_options=self._options)
         except TableNotFoundError:
             raise LakePathError(f"no Delta table at {self.uri}") from None
-        except OSError as exc:
+        except (OSError, DeltaError) as exc:
             raise LakePathError(f"cannot read table {self.uri}: {_brief(exc)}") from None
         if timestamp is not None:
             table.load_as_version(timestamp)
@@ -284,3 +286,25 @@ def _text(value: Any) -> str | None:
 def _brief(exc: BaseException) -> str:
     """delta-rs errors span lines (cause chains): fold them into one short line."""
     return " ".join(str(exc).split())[:300]
+
+
+def check_lake_root(uri: str) -> None:
+    """The lake root must exist (or be creatable) and be a directory/bucket we can list."""
+    fs, path = filesystem(uri)
+    try:
+        if uri.startswith("file://"):
+            fs.create_dir(path, recursive=True)
+        info = fs.get_file_info(path)
+        if info.type == pafs.FileType.File:
+            raise LakePathError(f"lake root {uri} is a file, not a directory: fix TIDEWATER_LAKE_ROOT")
+        if uri.startswith("file://") and not os.access(path, os.W_OK):
+            raise LakePathError(
+                f"lake root {uri} is not writable by this user: fix its permissions or TIDEWATER_LAKE_ROOT"
+            )
+        fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+    except LakePathError:
+        raise
+    except OSError as exc:
+        raise LakePathError(
+            f"cannot use lake root {uri}: {_brief(exc)} - check TIDEWATER_LAKE_ROOT and credentials"
+        ) from None

@@ -3,8 +3,11 @@
 A StreamingQueryListener writes, per query, ``<state>/progress/<namespace>/<pipeline>/<query>.json``
 (atomically replaced after every batch: last batch time, input and processing rates, rows, lag
 per Kafka partition, state rows, rows dropped behind the watermark and their running total) and
-appends the same record to ``progress.jsonl`` beside it. Late rows are therefore counted, never
-silently lost: they stay in silver and the counters say how many each gold query could not use.
+appends the same record to ``progress.jsonl`` beside it. Late events are counted, never silently
+lost: they stay in silver, and the counters say that a gold query could not use some. (Spark
+counts those drops at the state store, after partial aggregation, so for an aggregate the figure
+is in partial-aggregate rows, at most the number of events; recomputing the window from silver
+gives the exact difference.)
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from tidewater.connectors.kafka_client import KafkaPythonClient
 from tidewater.connectors.kafka_source import source_options
 from tidewater.errors import TidewaterError, one_line
 from tidewater.lake.layout import PipelineLayout
-from tidewater.lake.tables import LakeTable
+from tidewater.lake.tables import LakeTable, check_lake_root
 from tidewater.pipelines.base import Pipeline
 from tidewater.streaming.checkpoint import Checkpoint, claim
 from tidewater.streaming.progress import ProgressRecorder
@@ -48,8 +48,8 @@ class Tier:
 
 
 class PipelineStreams:
-    def __init__(self, spark: SparkSession, settings: Settings, pipeline: Pipeline, *, namespace: str | None = None):
-        self.spark = spark
+    def __init__(self, settings: Settings, pipeline: Pipeline, *, namespace: str | None = None):
+        self.spark: SparkSession | None = None
         self.settings = settings
         self.pipeline = pipeline
         self.layout = PipelineLayout.of(settings, pipeline, namespace)
@@ -63,21 +63,30 @@ class PipelineStreams:
     def tiers(self) -> list[Tier]:
         uri = self.layout.table_uri
         tiers = [
-            Tier("bronze", f"kafka:{self.pipeline.topic}", uri("bronze")),
+            Tier("bronze", f"kafka:{self.topic}", uri("bronze")),
             Tier("silver", uri("bronze"), uri("silver")),
         ]
         tiers += [Tier(f"gold_{g.name}", uri("silver"), uri(f"gold/{g.name}")) for g in self.pipeline.gold]
         return tiers
 
+    @property
+    def topic(self) -> str:
+        return self.settings.topic(self.pipeline.topic)
+
     def preflight(self) -> None:
-        """Fail in one line, before Spark starts anything, if Kafka or the topic is missing."""
+        """Everything that can be checked before Spark starts, each failing in one line: Kafka reachable,
+        topic present, lake root writable, checkpoints sane and not in use (their leases are taken here)."""
         client = KafkaPythonClient(self.settings.kafka_client_config(), stall_timeout_s=15)
         try:
-            client.partitions(self.pipeline.topic)
+            client.partitions(self.topic)
         finally:
             client.close()
+        check_lake_root(self.settings.lake_uri)
+        for tier in self.tiers:
+            self._claim(tier)
 
     def ensure_tables(self) -> None:
+        assert self.spark is not None
         schemas = self.pipeline.schemas(self.spark)
         partitioning = {
             "bronze": ("ingest_date",),
@@ -91,8 +100,10 @@ class PipelineStreams:
                 description=f"{self.pipeline.name} {name}",
             )
 
-    def prepare(self) -> None:
-        self.preflight()
+    def prepare(self, spark: SparkSession) -> None:
+        if not self.checkpoints:
+            self.preflight()
+        self.spark = spark
         self.ensure_tables()
         if self._listener is None:
             self._listener = ProgressRecorder(self.layout.progress_dir())
@@ -116,12 +127,13 @@ class PipelineStreams:
     # ---- the queries ------------------------------------------------------------------------------
 
     def start(self, tier: Tier, trigger: dict[str, Any]) -> StreamingQuery:
+        assert self.spark is not None, "call prepare(spark) first"
         checkpoint = self._claim(tier)
         name = self.query_name(tier.query)
         if tier.query == "bronze":
             kafka = (
                 self.spark.readStream.format("tidewater-kafka")
-                .options(**source_options(self.settings, self.pipeline.topic))
+                .options(**source_options(self.settings, self.topic))
                 .load()
             )
             writer = (
@@ -158,9 +170,9 @@ class PipelineStreams:
         log.info("started %s (%s -> %s)", name, tier.source, tier.target)
         return query
 
-    def run_available_now(self) -> None:
+    def run_available_now(self, spark: SparkSession) -> None:
         """Process everything available now, tier by tier, then return."""
-        self.prepare()
+        self.prepare(spark)
         for tier in self.tiers:
             query = self.start(tier, {"availableNow": True})
             try:
@@ -168,9 +180,9 @@ class PipelineStreams:
             except Exception as exc:
                 raise StreamFailedError(f"{self.query_name(tier.query)} failed: {one_line(exc)}") from exc
 
-    def run_forever(self, stop: threading.Event, *, trigger_seconds: float | None = None) -> None:
+    def run_forever(self, spark: SparkSession, stop: threading.Event, *, trigger_seconds: float | None = None) -> None:
         """Run every tier concurrently until ``stop`` is set or a query fails."""
-        self.prepare()
+        self.prepare(spark)
         seconds = trigger_seconds if trigger_seconds is not None else self.settings.trigger_seconds
         for tier in self.tiers:
             self.start(tier, {"processingTime": f"{seconds} seconds"})
@@ -195,7 +207,7 @@ class PipelineStreams:
 
     def close(self) -> None:
         self.stop()
-        if self._listener is not None:
+        if self._listener is not None and self.spark is not None:
             self.spark.streams.removeListener(self._listener)
             self._listener = None
         for checkpoint in self.checkpoints.values():
