@@ -130,8 +130,11 @@ def spark(tmp_path_factory: pytest.TempPathFactory, s3_env: dict[str, str]):
     from tidewater.spark import build_session
 
     state = tmp_path_factory.mktemp("spark-state")
-    settings = Settings(state_dir=str(state))
+    # build_session exports these settings to the environment: they must carry the moto endpoint,
+    # or the defaults (no endpoint) would overwrite what s3_env set, for the driver and the workers.
+    settings = Settings(state_dir=str(state), s3_endpoint_url=s3_env["TIDEWATER_S3_ENDPOINT_URL"], s3_allow_http=True)
     session = build_session(settings, "tidewater-tests")
+    storage.reset_cache()
     yield session
     session.stop()
 

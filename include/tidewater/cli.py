@@ -68,7 +68,6 @@ class _StopOnSignal:
 def cmd_stream(args: argparse.Namespace, settings: Settings) -> int:
     from tidewater.pipelines import get_pipeline
     from tidewater.spark import build_session
-    from tidewater.streaming import faults
     from tidewater.streaming.runner import PipelineStreams
 
     if not settings.kafka_bootstrap_servers:
@@ -76,7 +75,6 @@ def cmd_stream(args: argparse.Namespace, settings: Settings) -> int:
             "set TIDEWATER_KAFKA_BOOTSTRAP_SERVERS (the platform command sets it for the embedded broker)"
         )
     pipeline = get_pipeline(args.pipeline)
-    os.environ.setdefault(faults.DRIVER_PGID, str(os.getpgrp()))
     stopper = _StopOnSignal().install()
     streams = PipelineStreams(settings, pipeline, namespace=args.namespace)
     try:
@@ -171,9 +169,17 @@ def cmd_platform(args: argparse.Namespace, settings: Settings) -> int:
             broker.stop()
 
 
-def launch_stream_job(settings: Settings, pipeline: str, log_path: Path) -> subprocess.Popen[bytes]:
+def launch_stream_job(
+    settings: Settings,
+    pipeline: str,
+    log_path: Path,
+    *,
+    extra_args: Sequence[str] = (),
+    extra_env: dict[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
     """spark-submit the streaming job in its own process group (so it can be stopped as a whole)."""
     from tidewater.spark import prepare_environment
+    from tidewater.streaming import faults
 
     prepare_environment(settings)
     spark_submit = Path(sys.executable).parent / "spark-submit"
@@ -187,6 +193,7 @@ def launch_stream_job(settings: Settings, pipeline: str, log_path: Path) -> subp
         "spark.driver.host=127.0.0.1",
         str(spark_job("stream")),
         pipeline,
+        *extra_args,
     ]
     with open(log_path, "ab") as log_file:
         return subprocess.Popen(
@@ -194,7 +201,8 @@ def launch_stream_job(settings: Settings, pipeline: str, log_path: Path) -> subp
             stdout=log_file,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env={**os.environ, **settings.to_env()},
+            # A new session holds exactly this job, so fault injection may target it as a whole.
+            env={**os.environ, **settings.to_env(), faults.DRIVER_PGID: "session", **(extra_env or {})},
             start_new_session=True,
         )
 

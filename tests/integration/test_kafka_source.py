@@ -147,8 +147,8 @@ def test_batch_read_every_record_once_with_all_columns(
     with key, value, timestamp, timestampType and headers as produced; ranges larger than
     maxRecordsPerPartition are split into several Spark tasks without gaps or overlaps."""
     topic = make_topic(4)
-    sent = produce(broker.bootstrap_servers, topic, {0: 700, 1: 500, 2: 500, 3: 300})
-    df = source(spark, broker.bootstrap_servers, topic, maxRecordsPerPartition="300")
+    sent = produce(broker.bootstrap_servers, topic, {0: 900, 1: 500, 2: 400, 3: 200})
+    df = source(spark, broker.bootstrap_servers, topic, maxRecordsPerPartition="500")  # partition 0 -> 2 tasks
     assert [(f.name, f.dataType.simpleString()) for f in df.schema] == SPARK_COLUMNS
 
     rows = df.select(

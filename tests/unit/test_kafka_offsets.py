@@ -15,11 +15,13 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
+from pyspark.sql.datasource import InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from tidewater.connectors import kafka_source
 from tidewater.connectors.kafka_client import RECORD_SCHEMA, records_to_arrow
 from tidewater.connectors.kafka_source import (
+    KafkaBatchReader,
     KafkaRange,
     KafkaSourceOptions,
     KafkaStreamReader,
@@ -364,3 +366,11 @@ def test_read_range_yields_the_record_schema(fake: FakePartitionClient) -> None:
     table = pa.Table.from_batches(batches, schema=RECORD_SCHEMA)
     assert table.column("offset").to_pylist() == [12, 13, 14]
     assert fake.closed
+
+
+def test_batch_reader_with_nothing_to_read(fake: FakePartitionClient) -> None:
+    """An empty range plans no tasks; Spark then sends one InputPartition(None), which reads nothing."""
+    reader = KafkaBatchReader(KafkaSourceOptions.parse({**BASE, "startingOffsets": "latest"}))
+    assert reader.partitions() == []
+    assert list(reader.read(InputPartition(None))) == []
+    assert fake.closed  # the driver-side client is closed once planning is done

@@ -1,9 +1,13 @@
 """Fault injection for the chaos tests: crash the whole driver at a named point.
 
-``TIDEWATER_FAULT_CRASH_AFTER_COMMIT=<query>:<batch id>`` makes the driver kill its own process
-group with SIGKILL right after that query committed that batch to Delta, i.e. between the Delta
-commit and Spark's checkpoint commit: the window in which exactly-once is hardest to keep.
-Unset (the default) it does nothing.
+``TIDEWATER_FAULT_CRASH_AFTER_COMMIT=<query name>:<batch id>`` makes the driver kill itself with
+SIGKILL right after that query committed that batch to Delta, i.e. between the Delta commit and
+Spark's checkpoint commit: the window in which exactly-once is hardest to keep. Unset (the
+default) it does nothing.
+
+The commit may run in a Python worker that Spark put in a process group of its own, so the
+target is named explicitly by ``TIDEWATER_DRIVER_PGID``: a process-group id, or ``session`` for
+the session the job was started in (``launch_stream_job`` starts every job in a new session).
 """
 
 from __future__ import annotations
@@ -18,5 +22,7 @@ DRIVER_PGID = "TIDEWATER_DRIVER_PGID"
 def after_commit(query: str, batch_id: int) -> None:
     if os.environ.get(CRASH_AFTER_COMMIT) != f"{query}:{batch_id}":
         return
-    pgid = int(os.environ.get(DRIVER_PGID, os.getpgrp()))
-    os.killpg(pgid, signal.SIGKILL)
+    target = os.environ.get(DRIVER_PGID)
+    if not target:
+        raise RuntimeError(f"{CRASH_AFTER_COMMIT} is set but {DRIVER_PGID} is not: refusing to guess what to kill")
+    os.killpg(os.getsid(0) if target == "session" else int(target), signal.SIGKILL)
