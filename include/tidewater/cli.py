@@ -353,6 +353,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if not args.verbose:
+        # kafka-python logs every refused connection as an ERROR; our one-line error says it better.
+        logging.getLogger("kafka").setLevel(logging.CRITICAL)
     try:
         settings = Settings.from_env()
         return int(args.func(args, settings) or 0)
