@@ -123,6 +123,34 @@ def test_partitioned_files_land_under_hive_dirs_without_partition_columns(lake_u
     assert "day" not in json.loads(by_day["2026-11-20"]["stats"])["nullCount"]
 
 
+def test_partition_values_needing_escapes_make_a_readable_table(lake_uri: str) -> None:
+    """Values with spaces, %, :, / (and timestamps) get Spark-escaped directory names, one level per
+    column, and a log path any Delta reader (here delta-rs) resolves to the file."""
+    schema = pa.schema([("id", pa.int64()), ("tag", pa.string()), ("at", pa.timestamp("us", tz="UTC"))])
+    lake = LakeTable(f"{lake_uri}/escaped")
+    lake.ensure(schema, partition_by=["tag", "at"])
+    tags = ["a b%c:d/e", "50%25", "plain", None]
+    batch = pa.record_batch(
+        {
+            "id": pa.array(range(4), pa.int64()),
+            "tag": tags,
+            "at": pa.array([T0] * 4, pa.timestamp("us", tz="UTC")),
+        },
+        schema=schema,
+    )
+    actions = write_data_files(lake.uri, [batch], schema=schema, partition_by=["tag", "at"])
+    paths = {a["partition_values"]["tag"]: a["path"] for a in actions}
+    assert paths["a b%c:d/e"].startswith("tag=a b%25c%3Ad%2Fe/at=2026-11-21 10%3A00%3A00.000000/")
+    assert paths["50%25"].startswith("tag=50%2525/")
+    assert {a["partition_values"]["at"] for a in actions} == {"2026-11-21 10:00:00.000000"}
+    root = Path(lake.uri.removeprefix("file://"))
+    assert all((root / p).is_file() and p.count("/") == 2 for p in paths.values())
+    lake.commit_files(actions)
+    got = DeltaTable(lake.uri).to_pyarrow_table().sort_by("id").to_pylist()
+    assert [(r["id"], r["tag"], r["at"]) for r in got] == [(i, t, T0) for i, t in enumerate(tags)]
+    assert sorted((f.partition_values["tag"] or "") for f in lake.files()) == sorted((t or "") for t in tags)
+
+
 def test_max_rows_per_file_splits(lake_uri: str) -> None:
     """A partition with more rows than max_rows_per_file becomes several files, each with its own stats."""
     actions = write_data_files(f"{lake_uri}/split", [make_batch(list(range(10)))], schema=SCHEMA, max_rows_per_file=4)

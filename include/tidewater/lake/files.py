@@ -14,7 +14,6 @@ import time
 import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
-from urllib.parse import quote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -24,6 +23,14 @@ from tidewater.lake.storage import filesystem, join
 
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 MAX_STRING_STAT = 32
+# Characters Hive/Spark escape as %XX in partition directory names (ExternalCatalogUtils.escapePathName).
+_PATH_ESCAPED = frozenset("\"#%'*/:=?\\\x7f{[]^") | frozenset(map(chr, range(1, 32)))
+
+
+def escape_path_value(value: str) -> str:
+    """A partition value as a directory name component, escaped the way Spark escapes it (and unescapes it
+    in partition discovery); ``/`` in a value must not create a sub-directory."""
+    return "".join(f"%{ord(c):02X}" if c in _PATH_ESCAPED else c for c in value)
 
 
 def partition_value_text(value: Any) -> str | None:
@@ -119,7 +126,10 @@ def write_data_files(
     actions: list[dict[str, Any]] = []
     for key, parts in groups.items():
         data = pa.concat_tables(parts).select(data_schema.names)
-        subdir = "/".join(f"{col}={HIVE_NULL if v is None else v}" for col, v in zip(partition_by, key, strict=True))
+        subdir = "/".join(
+            f"{col}={HIVE_NULL if v is None else escape_path_value(v)}"
+            for col, v in zip(partition_by, key, strict=True)
+        )
         for offset in range(0, data.num_rows, max_rows_per_file):
             chunk = data.slice(offset, max_rows_per_file)
             name = f"part-{uuid.uuid4()}.snappy.parquet"
@@ -130,7 +140,7 @@ def write_data_files(
                 pq.write_table(chunk, sink, compression="snappy")
             actions.append(
                 {
-                    "path": quote(relative, safe="/=-_.:"),  # the log holds URI-encoded paths
+                    "path": relative,  # the file's real relative path: delta-rs URI-encodes it for the log
                     "size": fs.get_file_info(target).size,
                     "partition_values": dict(zip(partition_by, key, strict=True)),
                     "modification_time": int(time.time() * 1000),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from urllib.parse import unquote
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
@@ -40,10 +41,11 @@ def read_table(
         return reader.load(uri)
     snapshot = table.open(version=version, timestamp=timestamp)
     schema = from_arrow_schema(LakeTable.arrow_schema(snapshot))
-    files = [f.uri for f in select_files(table.files(version=int(snapshot.version())), partition_filter)]
+    # DataFile.uri is a URI (the log's percent-encoded path); Hadoop paths are literal strings.
+    files = [unquote(f.uri) for f in select_files(table.files(version=int(snapshot.version())), partition_filter)]
     if not files:
         return spark.createDataFrame([], schema)
-    return spark.read.schema(schema).option("basePath", uri).parquet(*files)
+    return spark.read.schema(schema).option("basePath", unquote(table.uri)).parquet(*files)
 
 
 def select_files(files: list[DataFile], partition_filter: dict[str, list[str]] | None) -> list[DataFile]:

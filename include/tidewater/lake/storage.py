@@ -44,7 +44,7 @@ def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     if parsed.scheme in ("", "file"):
         return _filesystem("file"), unquote(parsed.path)
     if is_s3(uri):
-        return _filesystem("s3"), f"{parsed.netloc}{parsed.path}"
+        return _filesystem("s3"), f"{parsed.netloc}{unquote(parsed.path)}"
     raise ValueError(f"unsupported lake URI scheme in {uri!r}")
 
 
