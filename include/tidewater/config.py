@@ -20,7 +20,7 @@ from tidewater.errors import ConfigError
 
 ENV_PREFIX = "TIDEWATER_"
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-KAFKA_CLIENTS = ("kafka-python",)
+KAFKA_CLIENTS = ("kafka-python", "confluent")
 
 
 def _default_state_dir() -> str:
@@ -41,7 +41,7 @@ class Settings:
     kafka_sasl_username: str = ""
     kafka_sasl_password: str = ""
     kafka_ssl_cafile: str = ""
-    kafka_client: str = "kafka-python"  # backend of the Spark Kafka source
+    kafka_client: str = "kafka-python"  # reader backend of the Spark Kafka source: kafka-python | confluent
     kafka_request_timeout_ms: int = 15000
     kafka_topic_partitions: int = 4
     kafka_topic_prefix: str = ""  # prepended to every pipeline's topic (shared clusters, tests)

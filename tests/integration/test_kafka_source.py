@@ -140,15 +140,18 @@ def test_end_offsets_are_the_true_end_not_list_offsets(broker: EmbeddedBroker, m
 # ---- batch -------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("backend", ["kafka-python", "confluent"])
 def test_batch_read_every_record_once_with_all_columns(
-    spark: SparkSession, broker: EmbeddedBroker, make_topic: Callable[..., str]
+    spark: SparkSession, broker: EmbeddedBroker, make_topic: Callable[..., str], backend: str
 ) -> None:
     """A batch read returns each stored (partition, offset) exactly once, in Spark's Kafka columns,
     with key, value, timestamp, timestampType and headers as produced; ranges larger than
     maxRecordsPerPartition are split into several Spark tasks without gaps or overlaps."""
     topic = make_topic(4)
     sent = produce(broker.bootstrap_servers, topic, {0: 900, 1: 500, 2: 400, 3: 200})
-    df = source(spark, broker.bootstrap_servers, topic, maxRecordsPerPartition="500")  # partition 0 -> 2 tasks
+    df = source(  # partition 0 -> 2 tasks
+        spark, broker.bootstrap_servers, topic, maxRecordsPerPartition="500", **{"kafka.client": backend}
+    )
     assert [(f.name, f.dataType.simpleString()) for f in df.schema] == SPARK_COLUMNS
 
     rows = df.select(
@@ -219,8 +222,9 @@ def test_batch_starting_timestamp(spark: SparkSession, broker: EmbeddedBroker, m
 # ---- stream ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("backend", ["kafka-python", "confluent"])
 def test_available_now_caps_batches_fixes_its_target_and_resumes(
-    spark: SparkSession, broker: EmbeddedBroker, make_topic: Callable[..., str], tmp_path: Path
+    spark: SparkSession, broker: EmbeddedBroker, make_topic: Callable[..., str], tmp_path: Path, backend: str
 ) -> None:
     """Trigger.AvailableNow with maxOffsetsPerTrigger: every record exactly once, batches of at most
     the cap (so at least ceil(N / cap) of them), records produced after the query started are left
@@ -241,7 +245,7 @@ def test_available_now_caps_batches_fixes_its_target_and_resumes(
                 on_batch(batch_id)
 
         query = (
-            stream(spark, servers, topic, maxOffsetsPerTrigger=str(cap))
+            stream(spark, servers, topic, maxOffsetsPerTrigger=str(cap), **{"kafka.client": backend})
             .writeStream.foreachBatch(collect)
             .trigger(availableNow=True)
             .option("checkpointLocation", checkpoint)

@@ -77,7 +77,7 @@ def records_to_arrow(rows: dict[str, list[Any]]) -> pa.RecordBatch:
     )
 
 
-def _empty_columns() -> dict[str, list[Any]]:
+def empty_columns() -> dict[str, list[Any]]:
     return {name: [] for name in RECORD_SCHEMA.names}
 
 
@@ -90,6 +90,7 @@ class KafkaPythonClient:
 
         self._servers = ",".join(config.get("bootstrap_servers", []))
         self._stall_timeout_s = stall_timeout_s
+        self._config = dict(config)
         base = dict(config)
         base.setdefault("bootstrap_timeout_ms", min(10_000, base.get("request_timeout_ms", 10_000)))
         try:
@@ -205,7 +206,7 @@ class KafkaPythonClient:
         tp = TopicPartition(topic, partition)
         consumer.assign([tp])
         consumer.seek(tp, start)
-        columns = _empty_columns()
+        columns = empty_columns()
         position = start
         last_progress = time.monotonic()
         while position < end:
@@ -238,7 +239,7 @@ class KafkaPythonClient:
                 )
             if len(columns["offset"]) >= batch_rows:
                 yield records_to_arrow(columns)
-                columns = _empty_columns()
+                columns = empty_columns()
         if columns["offset"]:
             yield records_to_arrow(columns)
 
@@ -250,5 +251,8 @@ class KafkaPythonClient:
 
 def make_client(backend: str, config: dict[str, Any]) -> PartitionClient:
     """The client for a backend name from ``Settings.kafka_client``."""
-    del backend  # one backend today; Settings.kafka_client validates the name
+    if backend == "confluent":
+        from tidewater.connectors.kafka_confluent import ConfluentClient
+
+        return ConfluentClient(config)
     return KafkaPythonClient(config)
