@@ -191,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency-seconds", type=float, default=60.0)
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--skip-latency", action="store_true")
+    parser.add_argument("--work-dir", help="keep logs, progress files and tables here (default: a temp dir)")
     args = parser.parse_args(argv)
 
     memory_gib = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30
@@ -198,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {machine}", flush=True)
     results: dict[str, object] = {"machine": machine}
     with tempfile.TemporaryDirectory(prefix="tidewater-bench-") as tmp, EmbeddedBroker() as broker:
-        work = Path(tmp)
+        work = Path(args.work_dir or tmp)
+        work.mkdir(parents=True, exist_ok=True)
         base = Settings.from_env(state_dir=str(work), kafka_bootstrap_servers=broker.bootstrap_servers)
         if not args.skip_throughput:
             print("throughput: Kafka -> bronze -> silver (+ gold queries running), local[2]", flush=True)

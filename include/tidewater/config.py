@@ -41,7 +41,7 @@ class Settings:
     kafka_sasl_username: str = ""
     kafka_sasl_password: str = ""
     kafka_ssl_cafile: str = ""
-    kafka_client: str = "kafka-python"  # reader backend of the Spark Kafka source: kafka-python | confluent
+    kafka_client: str = "confluent"  # reader backend of the Spark Kafka source: confluent | kafka-python
     kafka_request_timeout_ms: int = 15000
     kafka_topic_partitions: int = 4
     kafka_topic_prefix: str = ""  # prepended to every pipeline's topic (shared clusters, tests)
@@ -60,6 +60,9 @@ class Settings:
     spark_driver_memory: str = "2g"
     spark_shuffle_partitions: int = 2
     trigger_seconds: float = 1.0
+    # False: the bronze query also writes silver from the same micro-batch (lower latency).
+    # True: silver is a query of its own that polls the bronze table (decoupled tiers).
+    silver_query: bool = False
     max_offsets_per_trigger: int = 200_000
 
     @classmethod

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import StringType, StructField, StructType
 
 ERROR_COLUMN = "_error"
+CORRUPT_FIELD = "_corrupt_record"
 
 BRONZE_COLUMNS = (
     "key",
@@ -81,6 +82,11 @@ def parse_payload(
     nulls) all end up with a reason instead of being dropped.
     """
     text = F.col("value").cast("string")
+    # One JSON parse per record: Spark keeps what it could parse and puts the text of a record that
+    # failed in the corrupt-record column. A record that yielded no field at all is malformed JSON;
+    # one with some fields (a type mismatch somewhere) is judged by the rules on its nulls.
+    with_corrupt = StructType([*payload_schema.fields, StructField(CORRUPT_FIELD, StringType())])
+    nothing_parsed = " AND ".join(f"p.`{f.name}` IS NULL" for f in payload_schema.fields)
     parsed = bronze.select(
         F.col("value").alias("_raw_value"),
         F.col("key").alias("_raw_key"),
@@ -89,9 +95,8 @@ def parse_payload(
         F.col("offset").alias("kafka_offset"),
         "kafka_timestamp",
         "ingest_time",
-        F.expr("try_parse_json(CAST(value AS STRING))").isNull().alias("_bad_json"),
-        F.from_json(text, payload_schema).alias("p"),
-    )
+        F.from_json(text, with_corrupt, {"columnNameOfCorruptRecord": CORRUPT_FIELD}).alias("p"),
+    ).withColumn("_bad_json", F.expr(f"p.`{CORRUPT_FIELD}` IS NOT NULL AND {nothing_parsed}"))
     typed = parsed.select(
         *flatten,
         *LINEAGE_COLUMNS,

@@ -54,9 +54,12 @@ def run_available_now(spark, settings) -> PipelineStreams:
     return streams
 
 
-def test_bronze_silver_quarantine_gold(spark, rsvp_settings):
+@pytest.mark.parametrize("silver_query", [False, True], ids=["silver-in-bronze-batch", "silver-own-query"])
+def test_bronze_silver_quarantine_gold(spark, rsvp_settings, silver_query):
     """Every record lands in bronze once; silver holds each valid event once; malformed records are
-    quarantined with the right reason; gold equals a from-scratch batch computation."""
+    quarantined with the right reason; gold equals a from-scratch batch computation. In both
+    topologies: silver written in the bronze query's micro-batch, or by its own query."""
+    rsvp_settings = rsvp_settings.replace(silver_query=silver_query)
     config = GeneratorConfig(
         seed=7,
         start_time_ms=START,
@@ -130,16 +133,16 @@ def test_late_events_are_kept_in_silver_and_counted(spark, rsvp_settings):
 
 def test_reexecuted_silver_batch_changes_nothing(spark, rsvp_settings):
     """Deleting the last entry of Spark's commit log makes Spark re-run that batch: the Delta app
-    transaction recognises it, so silver, quarantine and gold keep their versions and contents."""
+    transaction recognises it, so bronze, silver, quarantine and gold keep their versions and contents."""
     config = GeneratorConfig(seed=5, start_time_ms=START, rate=20, duplicate_rate=0.05, malformed_rate=0.05)
     produce_generated(rsvp_settings, rsvp_settings.topic(RSVPS.topic), config, 1000)
     run_available_now(spark, rsvp_settings)
 
     layout = PipelineLayout.of(rsvp_settings, RSVPS)
-    tables = ("silver", "quarantine", "gold/venue_response_counts")
+    tables = ("bronze", "silver", "quarantine", "gold/venue_response_counts")
     before = {t: LakeTable(layout.table_uri(t)).version() for t in tables}
     counts = {t: len(table_rows(spark, rsvp_settings, t)) for t in tables}
-    for query in ("silver", "gold_venue_response_counts"):
+    for query in ("bronze", "gold_venue_response_counts"):  # bronze's batch also writes silver and quarantine
         commits = sorted(Path(layout.checkpoint(query), "commits").glob("[0-9]*"), key=lambda p: int(p.name))
         commits[-1].unlink()
         commits[-1].with_name(f".{commits[-1].name}.crc").unlink(missing_ok=True)  # Hadoop's checksum file
