@@ -60,6 +60,7 @@ class Settings:
     spark_driver_memory: str = "2g"
     spark_shuffle_partitions: int = 2
     trigger_seconds: float = 1.0
+    gold_trigger_seconds: float = 5.0  # gold MERGEs less often: fewer small commits, more CPU for silver
     # False: the bronze query also writes silver from the same micro-batch (lower latency).
     # True: silver is a query of its own that polls the bronze table (decoupled tiers).
     silver_query: bool = False

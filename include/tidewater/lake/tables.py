@@ -13,7 +13,7 @@ import datetime as dt
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -212,8 +212,13 @@ class LakeTable:
         batch_id: int | None = None,
         metadata: dict[str, Any] | None = None,
         update: bool = True,
+        prune: Mapping[str, Sequence[str]] | None = None,
     ) -> CommitResult:
-        """Upsert ``source`` on ``keys`` (or insert-only when ``update`` is False)."""
+        """Upsert ``source`` on ``keys`` (or insert-only when ``update`` is False).
+
+        ``prune`` ({partition column: values}) restricts the target side to those partitions, so
+        the merge reads only the files that can match.
+        """
         table = self.open()
         if app_id is not None and batch_id is not None and self.already_committed(app_id, batch_id, table):
             return CommitResult(False, int(table.version()))
@@ -221,6 +226,9 @@ class LakeTable:
             return CommitResult(False, int(table.version()))
         source = source.select(self.arrow_schema(table).names).cast(self.arrow_schema(table))
         predicate = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
+        for column, values in (prune or {}).items():
+            listed = ", ".join("'" + str(v).replace("'", "''") + "'" for v in values)
+            predicate += f" AND t.`{column}` IN ({listed})"
         merger = table.merge(
             source,
             predicate,
@@ -231,6 +239,30 @@ class LakeTable:
         if update:
             merger = merger.when_matched_update_all()
         merger.when_not_matched_insert_all().execute()
+        table.update_incremental()
+        return CommitResult(True, int(table.version()), rows=source.num_rows)
+
+    def append_arrow(
+        self,
+        source: pa.Table,
+        *,
+        app_id: str | None = None,
+        batch_id: int | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> CommitResult:
+        """Append a small Arrow table from the driver (delta-rs writes the files) in one commit."""
+        table = self.open()
+        if app_id is not None and batch_id is not None and self.already_committed(app_id, batch_id, table):
+            return CommitResult(False, int(table.version()))
+        if source.num_rows == 0:
+            return CommitResult(False, int(table.version()))
+        source = source.select(self.arrow_schema(table).names).cast(self.arrow_schema(table))
+        write_deltalake(
+            table,
+            source,
+            mode="append",
+            commit_properties=self._commit_properties(app_id, batch_id, metadata),
+        )
         table.update_incremental()
         return CommitResult(True, int(table.version()), rows=source.num_rows)
 

@@ -134,6 +134,7 @@ class PipelineStreams:
         assert self.spark is not None, "call prepare(spark) first"
         checkpoint = self._claim(tier)
         name = self.query_name(tier.query)
+
         def silver_writer() -> SilverWriter:
             return SilverWriter(
                 self.pipeline,
@@ -201,7 +202,8 @@ class PipelineStreams:
         self.prepare(spark)
         seconds = trigger_seconds if trigger_seconds is not None else self.settings.trigger_seconds
         for tier in self.tiers:
-            self.start(tier, {"processingTime": f"{seconds} seconds"})
+            every = self.settings.gold_trigger_seconds if tier.query.startswith("gold_") else seconds
+            self.start(tier, {"processingTime": f"{every} seconds"})
         try:
             while not stop.is_set():
                 for query_name, query in self.queries.items():

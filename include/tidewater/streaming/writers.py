@@ -11,10 +11,8 @@ from __future__ import annotations
 import logging
 
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
 from tidewater.lake import writes
-from tidewater.lake.reads import read_table
 from tidewater.lake.tables import LakeTable
 from tidewater.pipelines.base import GoldTable, Pipeline
 from tidewater.streaming import faults
@@ -25,9 +23,11 @@ log = logging.getLogger(__name__)
 class SilverWriter:
     """Bronze rows -> silver (valid, first per key) + quarantine (invalid, with the reason).
 
-    Duplicates are removed within the batch and against silver's partitions for the same event
-    dates (insert-if-absent), so a duplicate is dropped however late it arrives; events behind a
-    gold watermark are *kept* here, which is what lets the late-data correction recompute them.
+    Parsing, validation and in-batch de-duplication are the pipeline's pure Spark transforms. The
+    results (one micro-batch: small) go to the driver, where delta-rs commits them: quarantine as
+    an append, silver as an insert-only MERGE on (event date, key), so a duplicate is dropped
+    however late it arrives. Two Spark jobs and no cross-batch shuffle per micro-batch. Events
+    behind a gold watermark are *kept* here: that is what lets the late-data correction use them.
     """
 
     def __init__(self, pipeline: Pipeline, *, silver: LakeTable, quarantine: LakeTable, app_id: str, query: str):
@@ -38,7 +38,6 @@ class SilverWriter:
         self.query = query  # the label of this step ("<namespace>.<pipeline>.silver") in logs and faults
 
     def __call__(self, bronze_batch: DataFrame, batch_id: int) -> None:
-        spark = bronze_batch.sparkSession
         silver_done = self.silver.already_committed(self.app_id, batch_id)
         quarantine_done = self.quarantine.already_committed(self.app_id, batch_id)
         if silver_done and quarantine_done:
@@ -48,29 +47,24 @@ class SilverWriter:
         try:
             meta = {"tidewater.query": self.query, "tidewater.batch_id": batch_id}
             if not quarantine_done:
-                writes.append(
-                    self.pipeline.quarantine(parsed),
-                    self.quarantine,
+                rejected = self.pipeline.quarantine(parsed).toArrow()
+                self.quarantine.append_arrow(rejected, app_id=self.app_id, batch_id=batch_id, metadata=meta)
+            if not silver_done:
+                fresh = self.pipeline.dedup(self.pipeline.silver(parsed)).toArrow()
+                part = self.pipeline.partition_column
+                dates = sorted({str(d) for d in fresh.column(part).to_pylist() if d is not None})
+                self.silver.merge(
+                    fresh,
+                    keys=(part, self.pipeline.key),
+                    update=False,
+                    prune={part: dates},
                     app_id=self.app_id,
                     batch_id=batch_id,
                     metadata=meta,
                 )
-            if not silver_done:
-                fresh = self.pipeline.dedup(self.pipeline.silver(parsed))
-                fresh = self._drop_known(spark, fresh)
-                writes.append(fresh, self.silver, app_id=self.app_id, batch_id=batch_id, metadata=meta)
         finally:
             parsed.unpersist()
         faults.after_commit(self.query, batch_id)
-
-    def _drop_known(self, spark, fresh: DataFrame) -> DataFrame:
-        part = self.pipeline.partition_column
-        dates = [str(r[0]) for r in fresh.select(part).distinct().collect() if r[0] is not None]
-        if not dates:
-            return fresh
-        known = read_table(spark, self.silver.uri, partition_filter={part: dates})
-        key = self.pipeline.key
-        return fresh.join(known.select(F.col(key)).distinct(), on=key, how="left_anti")
 
 
 class BronzeSilverWriter:
