@@ -85,25 +85,37 @@ class KafkaPythonClient:
     """:class:`PartitionClient` on kafka-python. One instance per process; not thread-safe."""
 
     def __init__(self, config: dict[str, Any], *, stall_timeout_s: float = 60.0) -> None:
-        from kafka import KafkaConsumer
-        from kafka.errors import KafkaTimeoutError
 
         self._servers = ",".join(config.get("bootstrap_servers", []))
         self._stall_timeout_s = stall_timeout_s
         self._config = dict(config)
         base = dict(config)
         base.setdefault("bootstrap_timeout_ms", min(10_000, base.get("request_timeout_ms", 10_000)))
+        self._probe_config = dict(base, enable_auto_commit=False, auto_offset_reset="none", fetch_max_wait_ms=1)
+        self._probe_consumer: Any = None
+        self._reader: Any = None
+        self._reader_config = dict(
+            base,
+            enable_auto_commit=False,
+            auto_offset_reset="none",
+            max_partition_fetch_bytes=8 * 1024 * 1024,
+            fetch_max_wait_ms=100,
+        )
+
+    @property
+    def _probe(self) -> Any:
+        """The probe consumer (tiny fetches that return the high watermark), created on first use so
+        that executors, which only read, never pay for it."""
+        if self._probe_consumer is None:
+            self._probe_consumer = self._connect(self._probe_config)
+        return self._probe_consumer
+
+    def _connect(self, config: dict[str, Any]) -> Any:
+        from kafka import KafkaConsumer
+        from kafka.errors import KafkaTimeoutError
+
         try:
-            # The probe consumer: tiny fetches that return the high watermark quickly.
-            self._probe = KafkaConsumer(**base, enable_auto_commit=False, auto_offset_reset="none", fetch_max_wait_ms=1)
-            self._reader: Any = None
-            self._reader_config = dict(
-                base,
-                enable_auto_commit=False,
-                auto_offset_reset="none",
-                max_partition_fetch_bytes=8 * 1024 * 1024,
-                fetch_max_wait_ms=100,
-            )
+            return KafkaConsumer(**config)
         except KafkaTimeoutError:
             raise BrokerUnreachableError(
                 f"cannot reach a Kafka broker at {self._servers}: check TIDEWATER_KAFKA_BOOTSTRAP_SERVERS "
@@ -195,13 +207,13 @@ class KafkaPythonClient:
         self, topic: str, partition: int, start: int, end: int, *, batch_rows: int = 20_000
     ) -> Iterator[pa.RecordBatch]:
         """Records with ``start <= offset < end`` as Arrow batches; fails if any are gone."""
-        from kafka import KafkaConsumer, TopicPartition
+        from kafka import TopicPartition
         from kafka.errors import OffsetOutOfRangeError
 
         if start >= end:
             return
         if self._reader is None:
-            self._reader = KafkaConsumer(**self._reader_config)
+            self._reader = self._connect(self._reader_config)
         consumer = self._reader
         tp = TopicPartition(topic, partition)
         consumer.assign([tp])
@@ -211,7 +223,7 @@ class KafkaPythonClient:
         last_progress = time.monotonic()
         while position < end:
             try:
-                polled = consumer.poll(timeout_ms=500, max_records=batch_rows).get(tp, [])
+                polled = consumer.poll(timeout_ms=500, max_records=min(batch_rows, end - position)).get(tp, [])
             except OffsetOutOfRangeError:
                 raise DataLossError(
                     f"offsets {start}..{end - 1} of {topic}/{partition} are no longer on the broker "
@@ -244,7 +256,8 @@ class KafkaPythonClient:
             yield records_to_arrow(columns)
 
     def close(self) -> None:
-        self._probe.close()
+        if self._probe_consumer is not None:
+            self._probe_consumer.close()
         if self._reader is not None:
             self._reader.close()
 

@@ -58,7 +58,8 @@ class ConfluentClient(KafkaPythonClient):
             position = start
             last_progress = time.monotonic()
             while position < end:
-                messages = consumer.consume(num_messages=batch_rows, timeout=0.5)
+                # Ask for no more than the range holds: consume() returns as soon as it has that many.
+                messages = consumer.consume(num_messages=min(batch_rows, end - position), timeout=0.5)
                 for message in messages:
                     error = message.error()
                     if error is not None:
