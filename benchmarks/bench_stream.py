@@ -3,10 +3,11 @@
 Runs the real streaming job (spark-submit spark_jobs/stream.py: bronze, silver and both gold
 queries) against the embedded broker, on the local file system, and prints:
 
-1. sustained events/s from Kafka to silver while draining a backlog in micro-batches of 50k
+1. sustained events/s from Kafka to silver while draining a backlog in micro-batches of 100k
    (slope of silver's row count between 20% and 90% of the backlog, so start-up is not counted);
 2. end-to-end latency p50/p95 at a fixed offered rate with a 1-second trigger: for every event,
-   the time of the silver Delta commit that made it visible minus its Kafka timestamp;
+   the time of the silver Delta commit that made it visible minus its Kafka timestamp (events of
+   the first ``--warmup-seconds`` are produced but not counted: JIT and Python worker start-up);
 3. peak RSS of the streaming job (JVM + Python driver + Python workers, summed over its session).
 
     ./tw bench                       # defaults below
@@ -100,9 +101,9 @@ def preload(settings: Settings, topic: str, total: int, processes: int = 2) -> f
 
 
 def measure_throughput(base: Settings, backlog: int, work: Path) -> dict[str, float]:
-    # Batches of 50k: the first (cold JVM) batch is a small part of the backlog, and the slope
+    # Batches of 100k: the first (cold JVM) batch is a small part of the backlog, and the slope
     # below is taken between 20% and 90% of it, i.e. at steady state.
-    settings = base.replace(state_dir=str(work / "throughput"), max_offsets_per_trigger=50_000)
+    settings = base.replace(state_dir=str(work / "throughput"), max_offsets_per_trigger=100_000)
     topic = settings.topic(RSVPS.topic)
     ensure_topic(settings, topic, 4)
     produce_s = preload(settings, topic, backlog)
@@ -132,7 +133,7 @@ def measure_throughput(base: Settings, backlog: int, work: Path) -> dict[str, fl
     return {"events_per_s": (r_hi - r_lo) / max(t_hi - t_lo, 1e-9), "peak_rss_gb": sampler.peak / 2**30}
 
 
-def measure_latency(base: Settings, rate: float, seconds: float, work: Path) -> dict[str, float]:
+def measure_latency(base: Settings, rate: float, seconds: float, warmup: float, work: Path) -> dict[str, float]:
     settings = base.replace(state_dir=str(work / "latency"), trigger_seconds=1.0)
     topic = settings.topic(RSVPS.topic)
     ensure_topic(settings, topic, 4)
@@ -148,7 +149,8 @@ def measure_latency(base: Settings, rate: float, seconds: float, work: Path) -> 
                 raise SystemExit(f"streaming job did not start: see {work / 'latency.log'}")
             time.sleep(0.5)
         config = GeneratorConfig(seed=77, rate=rate, producers=1)
-        report = produce(settings, topic, config, duration_s=seconds, realtime=True)
+        measured_from = time.time() + warmup
+        report = produce(settings, topic, config, duration_s=warmup + seconds, realtime=True)
         total = report.sent
         deadline = time.monotonic() + 120
         while silver_rows(settings) < total and time.monotonic() < deadline:
@@ -156,7 +158,7 @@ def measure_latency(base: Settings, rate: float, seconds: float, work: Path) -> 
     finally:
         sampler.stopped.set()
         stop_process_group(job, timeout_s=30)
-    latencies = commit_latencies(LakeTable(layout.table_uri("silver")))
+    latencies = commit_latencies(LakeTable(layout.table_uri("silver")), produced_after=measured_from)
     latencies.sort()
     return {
         "offered_rate": rate,
@@ -169,8 +171,9 @@ def measure_latency(base: Settings, rate: float, seconds: float, work: Path) -> 
     }
 
 
-def commit_latencies(table: LakeTable) -> list[float]:
-    """Per event: silver commit time (when it became visible) - Kafka timestamp (when produced)."""
+def commit_latencies(table: LakeTable, *, produced_after: float) -> list[float]:
+    """Per event produced after ``produced_after`` (epoch s): silver commit time (when it became
+    visible) minus its Kafka timestamp (when it was produced)."""
     out: list[float] = []
     for version in range(1, table.version() + 1):
         actions = table.commit_actions(version) or []
@@ -182,13 +185,14 @@ def commit_latencies(table: LakeTable) -> list[float]:
                 continue
             fs, path = filesystem(f"{table.uri}/{action['add']['path']}")
             stamps = pq.read_table(path, filesystem=fs, columns=["kafka_timestamp"]).column(0)
-            out.extend(commit_ms / 1000 - ts.timestamp() for ts in stamps.to_pylist())
+            out.extend(commit_ms / 1000 - t.timestamp() for t in stamps.to_pylist() if t.timestamp() >= produced_after)
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--backlog", type=int, default=600_000)
+    parser.add_argument("--backlog", type=int, default=800_000)
+    parser.add_argument("--warmup-seconds", type=float, default=20.0)
     parser.add_argument("--rate", type=float, default=2000.0)
     parser.add_argument("--latency-seconds", type=float, default=60.0)
     parser.add_argument("--skip-throughput", action="store_true")
@@ -214,8 +218,14 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
         if not args.skip_latency:
-            print(f"latency: {args.rate:g} events/s offered for {args.latency_seconds:g} s, 1 s trigger", flush=True)
-            latency = measure_latency(base.replace(kafka_topic_prefix="lat-"), args.rate, args.latency_seconds, work)
+            print(
+                f"latency: {args.rate:g} events/s offered for {args.warmup_seconds:g} s warm-up + "
+                f"{args.latency_seconds:g} s measured, 1 s trigger",
+                flush=True,
+            )
+            latency = measure_latency(
+                base.replace(kafka_topic_prefix="lat-"), args.rate, args.latency_seconds, args.warmup_seconds, work
+            )
             results["latency"] = latency
             print(
                 f"  produced -> visible in silver: p50 {latency['p50_s']:.2f} s, p95 {latency['p95_s']:.2f} s "

@@ -41,6 +41,9 @@ def build_session(settings: Settings, app_name: str = "tidewater") -> SparkSessi
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.sql.adaptive.enabled", "false")  # small batches: planning cost beats AQE gains
         .config("spark.python.worker.reuse", "true")
+        # Planner/lookup workers are needed at query start only: let idle ones go (memory).
+        .config("spark.python.worker.idleTimeoutSeconds", "60")
+        .config("spark.python.worker.killOnIdleTimeout", "true")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.log.level", "WARN")
     )
