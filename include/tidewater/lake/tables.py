@@ -213,11 +213,12 @@ class LakeTable:
         metadata: dict[str, Any] | None = None,
         update: bool = True,
         prune: Mapping[str, Sequence[str]] | None = None,
+        target_filter: str | None = None,
     ) -> CommitResult:
         """Upsert ``source`` on ``keys`` (or insert-only when ``update`` is False).
 
-        ``prune`` ({partition column: values}) restricts the target side to those partitions, so
-        the merge reads only the files that can match.
+        ``prune`` ({partition column: values}) restricts the target side to those partitions and
+        ``target_filter`` (SQL on alias ``t``) further, so the merge reads only files that can match.
         """
         table = self.open()
         if app_id is not None and batch_id is not None and self.already_committed(app_id, batch_id, table):
@@ -229,6 +230,8 @@ class LakeTable:
         for column, values in (prune or {}).items():
             listed = ", ".join("'" + str(v).replace("'", "''") + "'" for v in values)
             predicate += f" AND t.`{column}` IN ({listed})"
+        if target_filter:
+            predicate += f" AND ({target_filter})"
         merger = table.merge(
             source,
             predicate,
