@@ -119,14 +119,14 @@ def test_corrupt_checkpoint(live_env):
 
 
 def test_foreign_checkpoint(live_env):
-    path = layout_for(live_env).checkpoint("silver")
+    path = layout_for(live_env).checkpoint("gold_venue_response_counts")
     path.mkdir(parents=True)
     (path / IDENTITY_FILE).write_text(
         json.dumps(
             {
                 "pipeline": "payments",
                 "namespace": "live",
-                "query": "silver",
+                "query": "gold_venue_response_counts",
                 "source": "s",
                 "target": "t",
                 "stream_id": "x",
