@@ -4,8 +4,9 @@ The real entry point (spark-submit spark_jobs/stream.py) runs against the real b
 events keep arriving. It is killed four times: once by fault injection right after bronze's Delta
 commit and before Spark's checkpoint commit, once right after silver's commit (same micro-batch,
 still before the checkpoint commit), and twice at random moments. A final Trigger.AvailableNow
-run drains the rest. Then: bronze holds every produced offset exactly once, silver every distinct valid event exactly once, quarantine every malformed
-record once, and gold equals a from-scratch batch computation over silver.
+run drains the rest. Then: bronze holds every produced offset exactly once, silver every distinct
+valid event exactly once, quarantine every malformed record once, and gold equals a from-scratch
+batch computation over silver.
 """
 
 from __future__ import annotations
