@@ -77,20 +77,19 @@ def cmd_stream(args: argparse.Namespace, settings: Settings) -> int:
     pipeline = get_pipeline(args.pipeline)
     stopper = _StopOnSignal().install()
     streams = PipelineStreams(settings, pipeline, namespace=args.namespace)
+    spark = None
     try:
         streams.preflight()  # one-line errors before a JVM starts
         spark = build_session(settings, f"tidewater-stream-{pipeline.name}")
-        try:
-            if args.available_now:
-                streams.run_available_now(spark)
-            else:
-                print(f"tidewater: streaming {pipeline.name} ({', '.join(t.query for t in streams.tiers)})", flush=True)
-                streams.run_forever(spark, stopper.event, trigger_seconds=args.trigger_seconds)
-        finally:
-            streams.close()
-            spark.stop()
+        if args.available_now:
+            streams.run_available_now(spark)
+        else:
+            print(f"tidewater: streaming {pipeline.name} ({', '.join(t.query for t in streams.tiers)})", flush=True)
+            streams.run_forever(spark, stopper.event, trigger_seconds=args.trigger_seconds)
     finally:
-        streams.close()
+        streams.close()  # stops queries, releases checkpoint leases
+        if spark is not None:
+            spark.stop()
     return 0
 
 

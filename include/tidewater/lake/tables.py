@@ -220,12 +220,9 @@ class LakeTable:
         ``prune`` ({partition column: values}) restricts the target side to those partitions and
         ``target_filter`` (SQL on alias ``t``) further, so the merge reads only files that can match.
         """
-        table = self.open()
-        if app_id is not None and batch_id is not None and self.already_committed(app_id, batch_id, table):
-            return CommitResult(False, int(table.version()))
-        if source.num_rows == 0:
-            return CommitResult(False, int(table.version()))
-        source = source.select(self.arrow_schema(table).names).cast(self.arrow_schema(table))
+        table, source, skipped = self._prepare_arrow_write(source, app_id, batch_id, allow_empty=False)
+        if skipped is not None:
+            return skipped
         predicate = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
         for column, values in (prune or {}).items():
             listed = ", ".join("'" + str(v).replace("'", "''") + "'" for v in values)
@@ -254,12 +251,9 @@ class LakeTable:
         metadata: dict[str, Any] | None = None,
     ) -> CommitResult:
         """Append a small Arrow table from the driver (delta-rs writes the files) in one commit."""
-        table = self.open()
-        if app_id is not None and batch_id is not None and self.already_committed(app_id, batch_id, table):
-            return CommitResult(False, int(table.version()))
-        if source.num_rows == 0:
-            return CommitResult(False, int(table.version()))
-        source = source.select(self.arrow_schema(table).names).cast(self.arrow_schema(table))
+        table, source, skipped = self._prepare_arrow_write(source, app_id, batch_id, allow_empty=False)
+        if skipped is not None:
+            return skipped
         write_deltalake(
             table,
             source,
@@ -279,10 +273,9 @@ class LakeTable:
         metadata: dict[str, Any] | None = None,
     ) -> CommitResult:
         """Atomically replace the rows matching ``predicate`` with ``source`` (Delta replaceWhere)."""
-        table = self.open()
-        if app_id is not None and batch_id is not None and self.already_committed(app_id, batch_id, table):
-            return CommitResult(False, int(table.version()))
-        source = source.select(self.arrow_schema(table).names).cast(self.arrow_schema(table))
+        table, source, skipped = self._prepare_arrow_write(source, app_id, batch_id, allow_empty=True)
+        if skipped is not None:
+            return skipped
         write_deltalake(
             table,
             source,
@@ -292,6 +285,18 @@ class LakeTable:
         )
         table.update_incremental()
         return CommitResult(True, int(table.version()), rows=source.num_rows)
+
+    def _prepare_arrow_write(
+        self, source: pa.Table, app_id: str | None, batch_id: int | None, *, allow_empty: bool
+    ) -> tuple[DeltaTable, pa.Table, CommitResult | None]:
+        """Open the table; say "skip" for an already committed batch (or an empty source unless
+        ``allow_empty``); otherwise return the source in the table's column order and types."""
+        table = self.open()
+        committed = app_id is not None and batch_id is not None and self.already_committed(app_id, batch_id, table)
+        if committed or (source.num_rows == 0 and not allow_empty):
+            return table, source, CommitResult(False, int(table.version()))
+        schema = self.arrow_schema(table)
+        return table, source.select(schema.names).cast(schema), None
 
     @staticmethod
     def _commit_properties(

@@ -33,6 +33,10 @@ def stage_files(df: DataFrame, table: LakeTable) -> list[dict[str, Any]]:
     return actions_from_rows(df.select(*schema.names).mapInArrow(write, ADD_ACTION_DDL).collect())
 
 
+def _already_committed(table: LakeTable, app_id: str | None, batch_id: int | None) -> bool:
+    return app_id is not None and batch_id is not None and table.already_committed(app_id, batch_id)
+
+
 def append(
     df: DataFrame,
     table: LakeTable,
@@ -41,7 +45,7 @@ def append(
     batch_id: int | None = None,
     metadata: dict[str, Any] | None = None,
 ) -> CommitResult:
-    if app_id is not None and batch_id is not None and table.already_committed(app_id, batch_id):
+    if _already_committed(table, app_id, batch_id):  # skip the Spark job too
         return CommitResult(False, table.version())
     return table.commit_files(stage_files(df, table), app_id=app_id, batch_id=batch_id, metadata=metadata)
 
@@ -56,7 +60,7 @@ def overwrite_partitions(
     metadata: dict[str, Any] | None = None,
 ) -> CommitResult:
     """Atomically replace the partitions selected by ``partition_filters`` with ``df``."""
-    if app_id is not None and batch_id is not None and table.already_committed(app_id, batch_id):
+    if _already_committed(table, app_id, batch_id):  # skip the Spark job too
         return CommitResult(False, table.version())
     return table.commit_files(
         stage_files(df, table),
@@ -77,7 +81,7 @@ def merge(
     batch_id: int | None = None,
     metadata: dict[str, Any] | None = None,
 ) -> CommitResult:
-    if app_id is not None and batch_id is not None and table.already_committed(app_id, batch_id):
+    if _already_committed(table, app_id, batch_id):  # skip the Spark job too
         return CommitResult(False, table.version())
     return table.merge(df.toArrow(), keys=keys, app_id=app_id, batch_id=batch_id, metadata=metadata)
 
@@ -91,6 +95,6 @@ def replace_where(
     batch_id: int | None = None,
     metadata: dict[str, Any] | None = None,
 ) -> CommitResult:
-    if app_id is not None and batch_id is not None and table.already_committed(app_id, batch_id):
+    if _already_committed(table, app_id, batch_id):  # skip the Spark job too
         return CommitResult(False, table.version())
     return table.replace_where(df.toArrow(), predicate, app_id=app_id, batch_id=batch_id, metadata=metadata)
