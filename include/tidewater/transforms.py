@@ -17,31 +17,8 @@ from pyspark.sql.types import StringType, StructField, StructType
 ERROR_COLUMN = "_error"
 CORRUPT_FIELD = "_corrupt_record"
 
-BRONZE_COLUMNS = (
-    "key",
-    "value",
-    "topic",
-    "partition",
-    "offset",
-    "kafka_timestamp",
-    "timestamp_type",
-    "headers",
-    "ingest_time",
-    "ingest_date",
-)
 # Lineage every silver row carries back to its bronze record.
 LINEAGE_COLUMNS = ("kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp", "ingest_time")
-QUARANTINE_COLUMNS = (
-    "reason",
-    "raw_value",
-    "raw_key",
-    "kafka_topic",
-    "kafka_partition",
-    "kafka_offset",
-    "kafka_timestamp",
-    "ingest_time",
-    "quarantine_date",
-)
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,13 @@ def records_to_arrow(rows: dict[str, list[Any]]) -> pa.RecordBatch:
     )
 
 
+def retention_lost(topic: str, partition: int, start: int, end: int) -> DataLossError:
+    return DataLossError(
+        f"offsets {start}..{end - 1} of {topic}/{partition} are no longer on the broker (retention): the data "
+        "is lost upstream; reset the query's starting offsets deliberately if you accept that"
+    )
+
+
 def empty_columns() -> dict[str, list[Any]]:
     return {name: [] for name in RECORD_SCHEMA.names}
 
@@ -225,11 +232,7 @@ class KafkaPythonClient:
             try:
                 polled = consumer.poll(timeout_ms=500, max_records=min(batch_rows, end - position)).get(tp, [])
             except OffsetOutOfRangeError:
-                raise DataLossError(
-                    f"offsets {start}..{end - 1} of {topic}/{partition} are no longer on the broker "
-                    "(retention): the data is lost upstream; reset the query's starting offsets "
-                    "deliberately if you accept that"
-                ) from None
+                raise retention_lost(topic, partition, start, end) from None
             for record in polled:
                 if record.offset >= end:
                     break
@@ -242,18 +245,26 @@ class KafkaPythonClient:
                 columns["timestampType"].append(record.timestamp_type)
                 columns["headers"].append([(k, v) for k, v in (record.headers or [])])
             position = consumer.position(tp)
-            if polled:
-                last_progress = time.monotonic()
-            elif time.monotonic() - last_progress > self._stall_timeout_s:
-                raise BrokerUnreachableError(
-                    f"reading {topic}/{partition} stalled at offset {position} (want {end}) for "
-                    f"{self._stall_timeout_s:.0f} s on {self._servers}"
-                )
+            last_progress = self._check_stall(topic, partition, position, end, bool(polled), last_progress)
             if len(columns["offset"]) >= batch_rows:
                 yield records_to_arrow(columns)
                 columns = empty_columns()
         if columns["offset"]:
             yield records_to_arrow(columns)
+
+    def _check_stall(
+        self, topic: str, partition: int, position: int, end: int, got_records: bool, last_progress: float
+    ) -> float:
+        """The new time of last progress; raises when a read made none for the stall timeout."""
+        now = time.monotonic()
+        if got_records:
+            return now
+        if now - last_progress > self._stall_timeout_s:
+            raise BrokerUnreachableError(
+                f"reading {topic}/{partition} stalled at offset {position} (want {end}) for "
+                f"{self._stall_timeout_s:.0f} s on {self._servers}"
+            )
+        return last_progress
 
     def close(self) -> None:
         if self._probe_consumer is not None:

@@ -15,8 +15,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from tidewater.connectors.kafka_client import KafkaPythonClient, empty_columns, records_to_arrow
-from tidewater.errors import BrokerUnreachableError, DataLossError
+from tidewater.connectors.kafka_client import KafkaPythonClient, empty_columns, records_to_arrow, retention_lost
+from tidewater.errors import BrokerUnreachableError
 
 
 def librdkafka_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -68,11 +68,7 @@ class ConfluentClient(KafkaPythonClient):
                             position = max(position, message.offset())
                             continue
                         if error.code() == KafkaError.OFFSET_OUT_OF_RANGE:
-                            raise DataLossError(
-                                f"offsets {start}..{end - 1} of {topic}/{partition} are no longer on the broker "
-                                "(retention): the data is lost upstream; reset the query's starting offsets "
-                                "deliberately if you accept that"
-                            )
+                            raise retention_lost(topic, partition, start, end)
                         raise BrokerUnreachableError(f"reading {topic}/{partition}: {error.str()}")
                     offset = message.offset()
                     if offset >= end:
@@ -88,13 +84,7 @@ class ConfluentClient(KafkaPythonClient):
                     columns["timestampType"].append(max(ts_type - 1, 0))  # librdkafka: 1 create, 2 log-append
                     columns["headers"].append(message.headers() or [])
                     position = offset + 1
-                if messages:
-                    last_progress = time.monotonic()
-                elif time.monotonic() - last_progress > self._stall_timeout_s:
-                    raise BrokerUnreachableError(
-                        f"reading {topic}/{partition} stalled at offset {position} (want {end}) for "
-                        f"{self._stall_timeout_s:.0f} s on {self._servers}"
-                    )
+                last_progress = self._check_stall(topic, partition, position, end, bool(messages), last_progress)
                 if len(columns["offset"]) >= batch_rows:
                     yield records_to_arrow(columns)
                     columns = empty_columns()

@@ -9,7 +9,7 @@ batch recomputes, checkpoints) is derived from it.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -49,7 +49,6 @@ class Pipeline:
     partition_column: str = "event_date"
     # how far event time may run ahead of the clock before it counts as "in the future"
     clock_skew_tolerance: str = "5 minutes"
-    extra: Mapping[str, object] = field(default_factory=dict)
 
     # ---- pure transforms --------------------------------------------------------------------------
 

@@ -104,8 +104,9 @@ class BronzeSilverWriter:
         bronze_rows = transforms.to_bronze(kafka_batch).persist()
         try:
             meta = {"tidewater.query": self.query, "tidewater.batch_id": batch_id}
-            writes.append(bronze_rows, self.bronze, app_id=self.app_id, batch_id=batch_id, metadata=meta)
-            faults.after_commit(self.query, batch_id)
+            result = writes.append(bronze_rows, self.bronze, app_id=self.app_id, batch_id=batch_id, metadata=meta)
+            if result.committed:  # as in the stream sink: the fault point is a fresh commit
+                faults.after_commit(self.query, batch_id)
             self.silver(bronze_rows, batch_id)
         finally:
             bronze_rows.unpersist()
