@@ -24,7 +24,7 @@ from tidewater.lake import storage
 
 ROOT = Path(__file__).resolve().parents[1]
 S3_BUCKET = "tidewater-test"
-MARKED_FIXTURES = {"broker": "broker", "spark": "spark", "s3_server": "s3"}
+MARKED_FIXTURES = {"broker": "broker", "spark": "spark", "s3_server": "s3", "airflow_home": "airflow"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -158,3 +158,21 @@ def lake_uri(tmp_path: Path) -> str:
 @pytest.fixture
 def s3_lake_uri(s3_env: dict[str, str]) -> str:
     return f"s3://{S3_BUCKET}/{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="session")
+def airflow_home(tmp_path_factory: pytest.TempPathFactory):
+    """A real Airflow metadata database (SQLite), migrated once for the session's DAG tests."""
+    from airflow_helpers import AirflowTestHome
+
+    home = AirflowTestHome(Settings(state_dir=str(tmp_path_factory.mktemp("airflow-state")), airflow_port=free_port()))
+    env = home.env()
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "airflow"), "db", "migrate"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    return home

@@ -1,6 +1,8 @@
 """The ``tidewater`` command.
 
-    tidewater platform            broker (embedded unless configured) + generator + streaming job
+    tidewater platform            broker (embedded unless configured) + generator + Airflow + supervised streams
+    tidewater stop                stop the platform started from this state folder
+    tidewater streams [stop]      health of each supervised stream (or stop them)
     tidewater stream rsvps        run one pipeline's streaming queries (what spark_jobs/stream.py calls)
     tidewater generate ...        produce RSVP events (see --help)
     tidewater broker              run the embedded broker alone
@@ -27,20 +29,9 @@ from types import FrameType
 
 from tidewater.config import Settings
 from tidewater.errors import ConfigError, TidewaterError, one_line
+from tidewater.paths import spark_job
 
 log = logging.getLogger("tidewater")
-
-
-def project_root() -> Path:
-    """The checkout the package was installed from (editable install), holding spark_jobs/."""
-    return Path(__file__).resolve().parents[2]
-
-
-def spark_job(name: str) -> Path:
-    path = project_root() / "spark_jobs" / f"{name}.py"
-    if not path.exists():
-        raise ConfigError(f"spark job {path} not found: run tidewater from its checkout (./tw)")
-    return path
 
 
 class _StopOnSignal:
@@ -97,75 +88,96 @@ def cmd_stream(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_platform(args: argparse.Namespace, settings: Settings) -> int:
+    """Broker, generator, Airflow (which starts and supervises the streams) until Ctrl-C or ``tidewater stop``."""
     from tidewater.broker import EmbeddedBroker
-    from tidewater.generator.events import GeneratorConfig
-    from tidewater.generator.producer import ensure_topic, produce
-    from tidewater.pipelines import get_pipeline
+    from tidewater.orchestration.airflow_env import passwords_file
+    from tidewater.orchestration.airflow_local import LocalAirflow
+    from tidewater.orchestration.platform import PlatformState, StreamReporter, start_generator
+    from tidewater.pipelines import all_pipelines
 
-    pipeline = get_pipeline(args.pipeline)
-    state = Path(settings.state_dir)
-    (state / "logs").mkdir(parents=True, exist_ok=True)
+    state = PlatformState(settings)
+    state.claim()  # one platform per state folder
     stopper = _StopOnSignal().install()
     broker: EmbeddedBroker | None = None
-    stream: subprocess.Popen[bytes] | None = None
-    generator: threading.Thread | None = None
+    airflow: LocalAirflow | None = None
+    generator = None
     try:
         if not settings.kafka_bootstrap_servers:
-            broker = EmbeddedBroker(port=settings.embedded_broker_port, log_path=state / "logs" / "broker.log").start()
+            archived = state.archive_previous_embedded_run()
+            if archived:
+                print(
+                    f"tidewater: the embedded broker keeps no data between runs: moved the last run's lake and "
+                    f"checkpoints to {archived}",
+                    flush=True,
+                )
+            broker = EmbeddedBroker(port=settings.embedded_broker_port, log_path=state.log_dir / "broker.log").start()
             settings = settings.replace(kafka_bootstrap_servers=broker.bootstrap_servers)
             print(f"tidewater: embedded Kafka broker (tansu, in-memory) on {broker.bootstrap_servers}", flush=True)
-        topic = settings.topic(pipeline.topic)
-        ensure_topic(settings, topic, settings.kafka_topic_partitions)
+        settings = settings.replace(batch_start_date=settings.batch_start_date or state.first_start_hour())
+        from tidewater.generator.producer import ensure_topic
 
-        generator_errors: list[str] = []
-
-        def run_generator() -> None:
-            try:
-                produce(
-                    settings,
-                    topic,
-                    GeneratorConfig(
-                        seed=args.seed,
-                        rate=args.rate,
-                        duplicate_rate=0.01,
-                        out_of_order_fraction=0.05,
-                        malformed_rate=0.002,
-                    ),
-                    realtime=True,
-                    stop=stopper.event,
-                )
-            except TidewaterError as exc:
-                generator_errors.append(one_line(exc))
-
+        for pipeline in all_pipelines().values():
+            ensure_topic(settings, settings.topic(pipeline.topic), settings.kafka_topic_partitions)
         if args.rate > 0:
-            generator = threading.Thread(target=run_generator, name="generator", daemon=True)
-            generator.start()
-            print(f"tidewater: generator producing ~{args.rate:g} RSVP events/s to topic {topic}", flush=True)
+            generator = start_generator(settings, rate=args.rate, seed=args.seed, stop=stopper.event)
+            print(f"tidewater: generator producing ~{args.rate:g} RSVP events/s", flush=True)
 
-        stream_log = state / "logs" / f"stream-{pipeline.name}.log"
-        stream = launch_stream_job(settings, pipeline.name, stream_log)
-        print(f"tidewater: streaming job pid {stream.pid} (log: {stream_log})", flush=True)
-        print(f"tidewater: lake at {settings.lake_uri}/{settings.namespace}/{pipeline.name}/", flush=True)
-        print("tidewater: Ctrl-C stops everything this command started", flush=True)
+        print("tidewater: starting Airflow (api-server, scheduler, dag-processor, triggerer)...", flush=True)
+        airflow = LocalAirflow(settings)
+        state.record(airflow_url=airflow.url)
+        airflow.start()
+        print(f"tidewater: Airflow UI at {airflow.url}  (user admin)", flush=True)
+        if airflow.secrets.created:
+            print(f"tidewater: admin password (shown once): {airflow.secrets.admin_password}", flush=True)
+        print(f"tidewater: admin password kept in {passwords_file(settings)}", flush=True)
+        print("tidewater: the supervising DAG starts each pipeline's stream within a minute or two", flush=True)
+        print(f"tidewater: lake at {settings.lake_uri}/{settings.namespace}/", flush=True)
+        print("tidewater: Ctrl-C (or ./tw stop) stops everything this command started", flush=True)
 
+        reporter = StreamReporter(settings)
         while not stopper.event.wait(args.report_seconds):
-            if stream.poll() is not None:
-                raise TidewaterError(
-                    f"the streaming job exited with code {stream.returncode}: {last_error_line(stream_log)}"
-                )
-            if generator_errors:
-                raise TidewaterError(f"generator failed: {generator_errors[0]}")
-            print(table_report(settings, pipeline.name), flush=True)
+            if generator is not None and generator.error:
+                raise TidewaterError(f"generator failed: {generator.error}")
+            for name, process in airflow.processes.items():
+                if process.poll() is not None:
+                    raise TidewaterError(f"airflow {name} exited with code {process.returncode}: see {airflow.log_dir}")
+            print(reporter.report(), flush=True)
         print("tidewater: stopping", flush=True)
         return 0
     finally:
         stopper.event.set()
+        if airflow is not None:
+            airflow.stop()  # first, so nothing restarts the streams while they stop
+        from tidewater.orchestration.platform import stop_streams
+
+        stop_streams(settings)
         if generator is not None:
             generator.join(timeout=10)
-        if stream is not None:
-            stop_process_group(stream, timeout_s=60)
         if broker is not None:
             broker.stop()
+        state.release()
+
+
+def cmd_stop(args: argparse.Namespace, settings: Settings) -> int:
+    from tidewater.orchestration.platform import PlatformState
+
+    pid = PlatformState(settings).signal_stop(timeout_s=args.timeout)
+    print(f"tidewater: platform (pid {pid}) stopped" if pid else "tidewater: no platform is running here")
+    return 0
+
+
+def cmd_streams(args: argparse.Namespace, settings: Settings) -> int:
+    from tidewater.orchestration.supervisor import StreamControl
+    from tidewater.pipelines import all_pipelines
+
+    for name in sorted(all_pipelines()):
+        control = StreamControl(settings, name, args.namespace)
+        if args.action == "stop":
+            control.set_desired("stopped", by="tidewater streams stop")
+            print(control.stop(reason="tidewater streams stop").summary())
+        else:
+            print(control.health().summary())
+    return 0
 
 
 def launch_stream_job(
@@ -297,6 +309,7 @@ def cmd_pipelines(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from tidewater.batch import cli as batch_cli
     from tidewater.generator import cli as generator_cli
 
     parser = argparse.ArgumentParser(
@@ -305,12 +318,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    platform = sub.add_parser("platform", help="run broker, generator and streaming job until Ctrl-C")
-    platform.add_argument("--pipeline", default="rsvps")
+    platform = sub.add_parser("platform", help="run broker, generator, Airflow and the streams until Ctrl-C")
     platform.add_argument("--rate", type=float, default=500.0, help="generated events per second (0: none)")
     platform.add_argument("--seed", type=int, default=42)
     platform.add_argument("--report-seconds", type=float, default=10.0, help="how often to print table counts")
     platform.set_defaults(func=cmd_platform)
+
+    stop = sub.add_parser("stop", help="stop the platform running from this state folder")
+    stop.add_argument("--timeout", type=float, default=180.0)
+    stop.set_defaults(func=cmd_stop)
+
+    streams = sub.add_parser("streams", help="health of each pipeline's supervised stream (or stop them)")
+    streams.add_argument("action", nargs="?", choices=("status", "stop"), default="status")
+    streams.add_argument("--namespace", default=None)
+    streams.set_defaults(func=cmd_streams)
 
     stream = sub.add_parser("stream", help="run a pipeline's streaming queries")
     stream.add_argument("pipeline")
@@ -342,6 +363,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     pipelines = sub.add_parser("pipelines", help="list declared pipelines")
     pipelines.set_defaults(func=cmd_pipelines)
+
+    batch_cli.register(sub)
     return parser
 
 

@@ -66,6 +66,28 @@ class Settings:
     silver_query: bool = False
     max_offsets_per_trigger: int = 200_000
 
+    # Coordination of writers to one live table (see tidewater.lake.locks).
+    table_lock_timeout_seconds: float = 900.0
+
+    # Stream supervision (see tidewater.orchestration.supervisor).
+    stream_stall_seconds: float = 300.0  # alive but no heartbeat for this long: stalled, restart it
+    stream_startup_seconds: float = 240.0  # a launched driver may take this long to claim its checkpoint
+    stream_stop_timeout_seconds: float = 60.0  # graceful stop, then SIGKILL
+
+    # Airflow (the embedded default: SQLite + LocalExecutor, components as separate processes).
+    airflow_port: int = 8080
+    airflow_parallelism: int = 4
+    supervise_schedule: str = "*/1 * * * *"
+    batch_schedule: str = "@hourly"
+    # First data interval of the scheduled batch DAGs (ISO-8601). Empty: the DAGs start paused at a
+    # fixed date; the platform command sets it to the hour it first ran.
+    batch_start_date: str = ""
+    batch_max_active_runs: int = 2  # backfills cannot starve the schedule
+    correction_schedule: str = "*/15 * * * *"
+    correction_lookback_hours: float = 6.0
+    maintenance_schedule: str = "@daily"
+    vacuum_retention_hours: int = 168
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         """Read every field from ``TIDEWATER_*`` variables, then apply ``overrides``."""
@@ -112,6 +134,10 @@ class Settings:
         if root.startswith("file://"):
             root = urlparse(root).path
         return Path(root).absolute()
+
+    @property
+    def airflow_home(self) -> Path:
+        return Path(self.state_dir, "airflow").absolute()
 
     def storage_options(self) -> dict[str, str]:
         """Options for delta-rs (object_store) for the lake root; empty for the local file system."""

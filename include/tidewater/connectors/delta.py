@@ -12,7 +12,8 @@
 * stream write executors write Parquet files; the driver commits each micro-batch in one Delta
                transaction carrying the app transaction ``(appId, batchId)`` and skips a batch
                that is already committed. Option ``appId`` is required and must be stable for
-               the query's checkpoint.
+               the query's checkpoint. With ``lockPath`` the commit holds that table lock
+               (:mod:`tidewater.lake.locks`; ``lockTimeoutSeconds``, default 900).
 
 Credentials for s3:// come from the environment (see :mod:`tidewater.lake.storage`).
 """
@@ -21,7 +22,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -39,6 +42,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 
 from tidewater.errors import ConfigError, DeltaSourceError
 from tidewater.lake.files import HIVE_NULL, write_data_files
+from tidewater.lake.locks import TableLock
 from tidewater.lake.storage import filesystem
 from tidewater.lake.tables import DataFile, LakeTable
 from tidewater.streaming import faults
@@ -215,13 +219,20 @@ class StagedFiles(WriterCommitMessage):
 
 class DeltaStreamWriter(DataSourceStreamArrowWriter):
     def __init__(
-        self, table: LakeTable, schema: pa.Schema, partition_by: list[str], app_id: str, query_name: str
+        self,
+        table: LakeTable,
+        schema: pa.Schema,
+        partition_by: list[str],
+        app_id: str,
+        query_name: str,
+        lock: TableLock | None = None,
     ) -> None:
         self.query_name = query_name
         self.table = table
         self.schema = schema
         self.partition_by = partition_by
         self.app_id = app_id
+        self.lock = lock
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         return StagedFiles(
@@ -230,12 +241,13 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         actions = [a for m in messages if isinstance(m, StagedFiles) for a in m.actions]
-        result = self.table.commit_files(
-            actions,
-            app_id=self.app_id,
-            batch_id=batchId,
-            metadata={"tidewater.query": self.query_name, "tidewater.batch_id": batchId},
-        )
+        with self.lock.hold(f"{self.query_name} batch {batchId}") if self.lock else nullcontext():
+            result = self.table.commit_files(
+                actions,
+                app_id=self.app_id,
+                batch_id=batchId,
+                metadata={"tidewater.query": self.query_name, "tidewater.batch_id": batchId},
+            )
         if result.committed:
             faults.after_commit(self.query_name, batchId)
 
@@ -282,10 +294,16 @@ class DeltaDataSource(DataSource):
             )
         table = self._table()
         meta = table.open().metadata()
+        lock_path = _option(self.options, "lockPath")
+        lock = None
+        if lock_path:
+            timeout = float(_option(self.options, "lockTimeoutSeconds", "900") or 900)
+            lock = TableLock(Path(lock_path), table=table.uri, timeout_s=timeout)
         return DeltaStreamWriter(
             table,
             LakeTable.arrow_schema(table.open()),
             list(meta.partition_columns),
             app_id,
             _option(self.options, "queryName", app_id) or app_id,
+            lock,
         )

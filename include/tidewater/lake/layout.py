@@ -1,7 +1,9 @@
 """Where a pipeline's tables and checkpoints live.
 
     <lake root>/<namespace>/<pipeline>/bronze | silver | quarantine | gold/<name>
+    <lake root>/<namespace>/<pipeline>/corrections     (the late-data correction ledger)
     <checkpoint root>/<namespace>/<pipeline>/<query>
+    <checkpoint root>/<namespace>/<pipeline>/_locks/<table>.lock   (see tidewater.lake.locks)
 
 The namespace is ``live`` for the tables people query; a sandbox replay uses another one, so it
 can never touch live tables or live checkpoints.
@@ -13,7 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tidewater.config import Settings
+from tidewater.lake.locks import TableLock
 from tidewater.lake.storage import join
+from tidewater.lake.tables import LakeTable
 from tidewater.pipelines.base import Pipeline
 
 
@@ -41,3 +45,23 @@ class PipelineLayout:
 
     def progress_dir(self) -> Path:
         return Path(self.settings.state_dir).absolute() / "progress" / self.namespace / self.pipeline.name
+
+    def table(self, table: str) -> LakeTable:
+        return LakeTable(self.table_uri(table))
+
+    def ledger_uri(self) -> str:
+        """The corrections ledger: every change a correction made to a gold row, with old and new values."""
+        return join(self.settings.lake_uri, self.namespace, self.pipeline.name, "corrections")
+
+    def lock(self, table: str) -> TableLock:
+        """The lock every writer of ``table`` holds around its commit (see :mod:`tidewater.lake.locks`)."""
+        self.table_uri(table)  # unknown tables fail here
+        return TableLock(
+            path=self.settings.checkpoint_dir
+            / self.namespace
+            / self.pipeline.name
+            / "_locks"
+            / f"{table.replace('/', '.')}.lock",
+            table=f"{self.namespace}/{self.pipeline.name}/{table}",
+            timeout_s=self.settings.table_lock_timeout_seconds,
+        )

@@ -22,15 +22,31 @@ from tidewater.connectors.kafka_client import SPARK_RECORD_DDL
 
 GoldBuilder = Callable[[DataFrame], DataFrame]
 
+# A gold row is "provisional" while its window may still change in the stream, and "final" once the
+# window is behind the stream's watermark and has been reconciled with silver (late-data correction).
+PROVISIONAL = "provisional"
+FINAL = "final"
+STATUS_COLUMNS = ("status", "revision")  # revision: how many corrections changed the row (see the ledger)
+
 
 @dataclass(frozen=True, kw_only=True)
 class GoldTable:
-    """An event-time aggregate computed from silver and upserted on ``keys``."""
+    """An event-time window aggregate computed from silver and upserted on ``keys``.
+
+    ``build`` must return ``window_start`` and ``window_end`` columns (see
+    :func:`tidewater.transforms.windowed_counts`); ``window`` is the window length, which tells a
+    recompute of an interval how much silver around it feeds the interval's windows.
+    """
 
     name: str
     description: str
     keys: tuple[str, ...]
+    window: str  # e.g. "5 minutes"
     build: GoldBuilder  # silver -> gold rows; pure, sets its own watermark
+
+    def rows(self, silver: DataFrame, *, status: str = PROVISIONAL) -> DataFrame:
+        """Gold rows as published: the aggregate, whether it may still change, and its revision."""
+        return self.build(silver).withColumns({"status": F.lit(status), "revision": F.lit(0).cast("int")})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,6 +65,8 @@ class Pipeline:
     partition_column: str = "event_date"
     # how far event time may run ahead of the clock before it counts as "in the future"
     clock_skew_tolerance: str = "5 minutes"
+    # the silver (and gold) column a replay may be restricted to, e.g. one venue
+    entity_column: str | None = None
 
     # ---- pure transforms --------------------------------------------------------------------------
 
@@ -96,7 +114,7 @@ class Pipeline:
             "quarantine": _arrow(self.quarantine(parsed).schema),
         }
         for table in self.gold:
-            out[f"gold/{table.name}"] = _arrow(table.build(silver).schema)
+            out[f"gold/{table.name}"] = _arrow(table.rows(silver).schema)
         return out
 
 

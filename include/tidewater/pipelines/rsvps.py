@@ -118,17 +118,20 @@ PIPELINE = Pipeline(
     event_time="event_time",
     watermark=WATERMARK,
     clock_skew_tolerance=CLOCK_SKEW_TOLERANCE,
+    entity_column="venue_id",
     gold=(
         GoldTable(
             name="venue_response_counts",
             description="RSVPs per venue and response, 1-minute tumbling windows",
             keys=("window_start", "venue_id", "response"),
+            window="1 minute",
             build=venue_response_counts,
         ),
         GoldTable(
             name="trending_venues",
             description="RSVPs and yes answers per venue, 5-minute windows every minute",
             keys=("window_start", "window_end", "venue_id"),
+            window="5 minutes",
             build=trending_venues,
         ),
     ),

@@ -142,6 +142,7 @@ class PipelineStreams:
                 quarantine=LakeTable(self.layout.table_uri("quarantine")),
                 app_id=checkpoint.app_id,
                 query=self.query_name("silver"),
+                locks={t: self.layout.lock(t) for t in ("silver", "quarantine")},
             )
 
         if tier.query == "bronze":
@@ -157,6 +158,8 @@ class PipelineStreams:
                     .option("appId", checkpoint.app_id)
                     .option("queryName", name)
                     .option("path", tier.target)
+                    .option("lockPath", str(self.layout.lock("bronze").path))
+                    .option("lockTimeoutSeconds", str(self.settings.table_lock_timeout_seconds))
                 )
             else:
                 writer = kafka.writeStream.foreachBatch(
@@ -166,6 +169,7 @@ class PipelineStreams:
                         silver=silver_writer(),
                         app_id=checkpoint.app_id,
                         query=name,
+                        lock=self.layout.lock("bronze"),
                     )
                 )
         elif tier.query == "silver":
@@ -178,9 +182,17 @@ class PipelineStreams:
                 self.spark.readStream.format("tidewater-delta").option("skipChangeCommits", "true").load(tier.source)
             )
             writer = (
-                gold.build(silver)
+                gold.rows(silver)
                 .writeStream.outputMode("update")
-                .foreachBatch(GoldWriter(gold, table=LakeTable(tier.target), app_id=checkpoint.app_id, query=name))
+                .foreachBatch(
+                    GoldWriter(
+                        gold,
+                        table=LakeTable(tier.target),
+                        app_id=checkpoint.app_id,
+                        query=name,
+                        lock=self.layout.lock(f"gold/{gold.name}"),
+                    )
+                )
             )
         query = writer.queryName(name).option("checkpointLocation", str(checkpoint.path)).trigger(**trigger).start()
         self.queries[tier.query] = query

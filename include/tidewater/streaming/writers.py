@@ -4,22 +4,30 @@ Spark re-executes a micro-batch after a crash with the same batch id and the sam
 offset log is written before the batch runs). Each commit carries ``(app_id, batch_id)``; a
 table that already has it skips the write. Silver and quarantine are two tables written from
 one batch: each is skipped or written on its own, so a crash between them heals on re-run.
+Each commit is made holding the table's lock (:mod:`tidewater.lake.locks`), so a batch
+recompute or correction of the same live table never interleaves with it.
 """
 
 from __future__ import annotations
 
 import logging
+from contextlib import AbstractContextManager, nullcontext
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 
 from tidewater.lake import writes
+from tidewater.lake.locks import TableLock
 from tidewater.lake.tables import LakeTable
 from tidewater.pipelines.base import GoldTable, Pipeline
 from tidewater.streaming import faults
 
 log = logging.getLogger(__name__)
+
+
+def holding(lock: TableLock | None, purpose: str) -> AbstractContextManager[None]:
+    return lock.hold(purpose) if lock is not None else nullcontext()
 
 
 class SilverWriter:
@@ -32,12 +40,22 @@ class SilverWriter:
     behind a gold watermark are *kept* here: that is what lets the late-data correction use them.
     """
 
-    def __init__(self, pipeline: Pipeline, *, silver: LakeTable, quarantine: LakeTable, app_id: str, query: str):
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        *,
+        silver: LakeTable,
+        quarantine: LakeTable,
+        app_id: str,
+        query: str,
+        locks: dict[str, TableLock] | None = None,
+    ):
         self.pipeline = pipeline
         self.silver = silver
         self.quarantine = quarantine
         self.app_id = app_id
         self.query = query  # the label of this step ("<namespace>.<pipeline>.silver") in logs and faults
+        self.locks = locks or {}
 
     def __call__(self, bronze_batch: DataFrame, batch_id: int) -> None:
         silver_done = self.silver.already_committed(self.app_id, batch_id)
@@ -50,21 +68,23 @@ class SilverWriter:
             meta = {"tidewater.query": self.query, "tidewater.batch_id": batch_id}
             if not quarantine_done:
                 rejected = self.pipeline.quarantine(parsed).toArrow()
-                self.quarantine.append_arrow(rejected, app_id=self.app_id, batch_id=batch_id, metadata=meta)
+                with holding(self.locks.get("quarantine"), f"{self.query} batch {batch_id}"):
+                    self.quarantine.append_arrow(rejected, app_id=self.app_id, batch_id=batch_id, metadata=meta)
             if not silver_done:
                 fresh = self.pipeline.dedup(self.pipeline.silver(parsed)).toArrow()
                 part = self.pipeline.partition_column
                 dates = sorted({str(d) for d in fresh.column(part).to_pylist() if d is not None})
-                self.silver.merge(
-                    fresh,
-                    keys=(part, self.pipeline.key),
-                    update=False,
-                    prune={part: dates},
-                    target_filter=event_time_range(fresh, self.pipeline.event_time),
-                    app_id=self.app_id,
-                    batch_id=batch_id,
-                    metadata=meta,
-                )
+                with holding(self.locks.get("silver"), f"{self.query} batch {batch_id}"):
+                    self.silver.merge(
+                        fresh,
+                        keys=(part, self.pipeline.key),
+                        update=False,
+                        prune={part: dates},
+                        target_filter=event_time_range(fresh, self.pipeline.event_time),
+                        app_id=self.app_id,
+                        batch_id=batch_id,
+                        metadata=meta,
+                    )
         finally:
             parsed.unpersist()
         faults.after_commit(self.query, batch_id)
@@ -91,12 +111,22 @@ class BronzeSilverWriter:
     latency and a second read of every record. Each table keeps its own idempotent commit.
     """
 
-    def __init__(self, pipeline: Pipeline, *, bronze: LakeTable, silver: SilverWriter, app_id: str, query: str):
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        *,
+        bronze: LakeTable,
+        silver: SilverWriter,
+        app_id: str,
+        query: str,
+        lock: TableLock | None = None,
+    ):
         self.pipeline = pipeline
         self.bronze = bronze
         self.silver = silver
         self.app_id = app_id
         self.query = query
+        self.lock = lock
 
     def __call__(self, kafka_batch: DataFrame, batch_id: int) -> None:
         from tidewater import transforms
@@ -104,7 +134,8 @@ class BronzeSilverWriter:
         bronze_rows = transforms.to_bronze(kafka_batch).persist()
         try:
             meta = {"tidewater.query": self.query, "tidewater.batch_id": batch_id}
-            result = writes.append(bronze_rows, self.bronze, app_id=self.app_id, batch_id=batch_id, metadata=meta)
+            with holding(self.lock, f"{self.query} batch {batch_id}"):
+                result = writes.append(bronze_rows, self.bronze, app_id=self.app_id, batch_id=batch_id, metadata=meta)
             if result.committed:  # as in the stream sink: the fault point is a fresh commit
                 faults.after_commit(self.query, batch_id)
             self.silver(bronze_rows, batch_id)
@@ -115,13 +146,15 @@ class BronzeSilverWriter:
 class GoldWriter:
     """Updated window aggregates -> MERGE on the window keys (update-mode output)."""
 
-    def __init__(self, gold: GoldTable, *, table: LakeTable, app_id: str, query: str):
+    def __init__(self, gold: GoldTable, *, table: LakeTable, app_id: str, query: str, lock: TableLock | None = None):
         self.gold = gold
         self.table = table
         self.app_id = app_id
         self.query = query
+        self.lock = lock
 
     def __call__(self, updates: DataFrame, batch_id: int) -> None:
         meta = {"tidewater.query": self.query, "tidewater.batch_id": batch_id}
-        writes.merge(updates, self.table, keys=self.gold.keys, app_id=self.app_id, batch_id=batch_id, metadata=meta)
+        with holding(self.lock, f"{self.query} batch {batch_id}"):
+            writes.merge(updates, self.table, keys=self.gold.keys, app_id=self.app_id, batch_id=batch_id, metadata=meta)
         faults.after_commit(self.query, batch_id)

@@ -1,0 +1,64 @@
+"""Stream supervision and control.
+
+* ``tidewater_supervise_streams`` (every minute): per pipeline, start its detached streaming job if
+  it should run and does not, restart it when it died or stalled (the task then fails, so the
+  incident is visible; the stream is already back), and return its health as XCom: last batch,
+  input rate, lag per partition, state rows.
+* ``tidewater_stream_control`` (manual): start, stop or restart one pipeline's stream. A stop is
+  remembered: the supervisor does not restart a stream someone stopped.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from airflow.sdk import DAG, Param, task
+
+from tidewater.config import Settings
+from tidewater.orchestration import tasks
+from tidewater.pipelines import all_pipelines
+
+settings = Settings.from_env()
+PIPELINES = sorted(all_pipelines())
+
+with DAG(
+    dag_id="tidewater_supervise_streams",
+    description="Keep every pipeline's streaming job running; record its health",
+    schedule=settings.supervise_schedule,
+    start_date=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
+    catchup=False,
+    max_active_runs=1,
+    is_paused_upon_creation=False,
+    dagrun_timeout=dt.timedelta(minutes=10),
+    default_args={"retries": 0},
+    tags=["tidewater", "streams"],
+):
+    for name in PIPELINES:
+
+        @task(task_id=f"supervise_{name}", execution_timeout=dt.timedelta(minutes=5))
+        def supervise(pipeline: str = name) -> dict:
+            return tasks.supervise_stream(pipeline)
+
+        supervise()
+
+with DAG(
+    dag_id="tidewater_stream_control",
+    description="Start, stop or restart one pipeline's streaming job",
+    schedule=None,
+    start_date=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
+    catchup=False,
+    is_paused_upon_creation=False,
+    params={
+        "pipeline": Param(PIPELINES[0] if PIPELINES else "", enum=PIPELINES, description="which pipeline"),
+        "action": Param("stop", enum=list(tasks.ACTIONS), description="start, stop or restart its stream"),
+    },
+    default_args={"retries": 0},
+    tags=["tidewater", "streams"],
+):
+
+    @task(execution_timeout=dt.timedelta(minutes=5))
+    def control(params: dict | None = None, run_id: str | None = None) -> dict:
+        assert params is not None and run_id is not None
+        return tasks.control_stream(params["pipeline"], params["action"], run_id)
+
+    control()

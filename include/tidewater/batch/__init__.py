@@ -1,0 +1,1 @@
+"""Bounded recomputes over the streaming code: scheduled interval recompute, replay, late-data correction."""

@@ -1,0 +1,104 @@
+"""One writer at a time per live table: an exclusive lock every writer takes around its commit.
+
+Writers of one table are the stream (one micro-batch commit), a batch recompute, a live replay or
+correction (read -> compute -> commit), and maintenance (compaction). Delta's optimistic
+concurrency would let them race and fail one commit; worse, a recompute that read its input
+before the stream's last commit and replaced an interval after it would drop that commit's
+rows. So each writer holds the table's lock: the stream for one commit (milliseconds), a batch
+from the moment it reads its input until it has committed. A stream micro-batch that meets a
+held lock waits (up to ``table_lock_timeout_seconds``) instead of failing.
+
+The lock is an ``flock`` on ``<checkpoint root>/<namespace>/<pipeline>/_locks/<table>.lock``: the
+checkpoint root is already a file system every driver shares, and the kernel frees the lock when
+its holder dies. It is reentrant within a process, so a batch holding it may call writers that
+take it again.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from tidewater.errors import TidewaterError
+
+
+class TableLockTimeoutError(TidewaterError):
+    """Another writer held a table's lock for longer than the timeout."""
+
+
+_held: dict[str, tuple[IO[str], int]] = {}  # path -> (open file, depth) for this process
+_guard = threading.RLock()
+
+
+@dataclass(frozen=True)
+class TableLock:
+    path: Path
+    table: str  # for messages: "<namespace>/<pipeline>/<table>"
+    timeout_s: float
+
+    @contextmanager
+    def hold(self, purpose: str) -> Iterator[None]:
+        """Hold the lock for ``purpose`` (written beside it, so a waiting writer can say who holds it)."""
+        key = str(self.path)
+        with _guard:
+            if key in _held:
+                handle, depth = _held[key]
+                _held[key] = (handle, depth + 1)
+            else:
+                _held[key] = (self._acquire(purpose), 1)
+        try:
+            yield
+        finally:
+            with _guard:
+                handle, depth = _held[key]
+                if depth > 1:
+                    _held[key] = (handle, depth - 1)
+                else:
+                    del _held[key]
+                    fcntl.flock(handle, fcntl.LOCK_UN)
+                    handle.close()
+
+    def holder(self) -> str | None:
+        """Who holds the lock now (None if free)."""
+        if not self.path.exists():
+            return None
+        with open(self.path, "a+") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.seek(0)
+                return handle.read().strip() or "unknown"
+            fcntl.flock(handle, fcntl.LOCK_UN)
+        return None
+
+    def _acquire(self, purpose: str) -> IO[str]:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(self.path, "a+")  # noqa: SIM115 - kept open while the lock is held
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    handle.seek(0)
+                    holder = handle.read().strip() or "another writer"
+                    handle.close()
+                    raise TableLockTimeoutError(
+                        f"table {self.table} has been locked by {holder} for over {self.timeout_s:g} s; "
+                        "wait for it to finish or raise TIDEWATER_TABLE_LOCK_TIMEOUT_SECONDS"
+                    ) from None
+                time.sleep(0.1)
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{purpose} (pid {os.getpid()} on {socket.gethostname()})\n")
+        handle.flush()
+        return handle

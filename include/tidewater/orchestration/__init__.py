@@ -1,0 +1,1 @@
+"""Airflow-facing orchestration: the local Airflow deployment, stream supervision, DAG task bodies."""

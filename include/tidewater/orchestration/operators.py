@@ -1,0 +1,42 @@
+"""The Airflow operator that runs a tidewater Spark job (spark_jobs/<job>.py) with spark-submit.
+
+A thin SparkSubmitOperator: the Spark master comes from the ``spark_default`` connection (the
+platform sets it from TIDEWATER_SPARK_MASTER), and the job's environment (TIDEWATER_* settings,
+the venv's Python for PySpark workers) is read when the task runs, not when the DAG is parsed.
+The Spark job's log lines, including its final ``tidewater: result {...}`` line, land in the task log;
+clearing or marking the task failed kills the spark-submit process (the operator's on_kill).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+from tidewater.config import Settings
+from tidewater.paths import project_root
+
+
+class TidewaterSparkJobOperator(SparkSubmitOperator):
+    def __init__(self, *, job: str, job_args: Sequence[str] | Any, **kwargs: Any) -> None:
+        super().__init__(
+            application=str(project_root() / "spark_jobs" / f"{job}.py"),
+            application_args=job_args,
+            conn_id="spark_default",
+            name=f"tidewater-{job}",
+            conf={"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"},
+            **kwargs,
+        )
+
+    def execute(self, context: Any) -> None:
+        settings = Settings.from_env()
+        self._driver_memory = settings.spark_driver_memory
+        self.env_vars = {
+            **settings.to_env(),
+            "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+            "SPARK_LOCAL_IP": "127.0.0.1",
+        }
+        return super().execute(context)

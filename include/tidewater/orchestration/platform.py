@@ -1,0 +1,169 @@
+"""Pieces of ``tidewater platform``: its state-folder claim, the generator thread, status lines.
+
+One platform per state folder: ``<state_dir>/platform.json`` records the running platform's pid
+(for ``tidewater stop``) and the hour it first ran (the batch DAGs' start date); an ``flock`` on
+``platform.lock`` refuses a second platform on the same folder.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fcntl
+import json
+import os
+import shutil
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from tidewater.config import Settings
+from tidewater.errors import ConfigError, TidewaterError, one_line
+from tidewater.orchestration.supervisor import alive as _alive
+
+
+class PlatformState:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.dir = Path(settings.state_dir).absolute()
+        self.file = self.dir / "platform.json"
+        self._lock: IO[str] | None = None
+
+    @property
+    def log_dir(self) -> Path:
+        path = self.dir / "logs"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def read(self) -> dict[str, Any]:
+        try:
+            return dict(json.loads(self.file.read_text()))
+        except (OSError, ValueError):
+            return {}
+
+    def record(self, **fields: Any) -> None:
+        data = {**self.read(), **fields}
+        tmp = self.file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=2))
+        tmp.replace(self.file)
+
+    def claim(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        handle = open(self.dir / "platform.lock", "a+")  # noqa: SIM115 - held while the platform runs
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            raise ConfigError(
+                f"a platform is already running from {self.dir} (pid {self.read().get('pid')}): "
+                "stop it with ./tw stop, or use another TIDEWATER_STATE_DIR"
+            ) from None
+        self._lock = handle
+        self.record(pid=os.getpid(), started_at=_now(), embedded_broker=not self.settings.kafka_bootstrap_servers)
+
+    def release(self) -> None:
+        if self._lock is not None:
+            self.record(pid=None, stopped_at=_now())
+            fcntl.flock(self._lock, fcntl.LOCK_UN)
+            self._lock.close()
+            self._lock = None
+
+    def first_start_hour(self) -> str:
+        """The hour the lake's first events arrived: where the scheduled batch DAGs start."""
+        data = self.read()
+        if not data.get("first_start_hour"):
+            hour = dt.datetime.now(dt.UTC).replace(minute=0, second=0, microsecond=0)
+            self.record(first_start_hour=hour.isoformat())
+            data = self.read()
+        return str(data["first_start_hour"])
+
+    def archive_previous_embedded_run(self) -> Path | None:
+        """The embedded broker is in-memory: a new run's topics restart at offset 0, which the last
+        run's checkpoints (and bronze offsets) would contradict. Move that run's lake, checkpoints
+        and stream state aside, keeping them readable, instead of failing or mixing the two."""
+        parts = [self.dir / name for name in ("checkpoints", "progress", "streams")]
+        if not self.settings.lake_root:
+            parts.append(self.dir / "lake")
+        present = [p for p in parts if p.exists()]
+        if not present:
+            return None
+        target = self.dir / "previous-runs" / dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+        target.mkdir(parents=True)
+        for path in present:
+            shutil.move(str(path), str(target / path.name))
+        self.record(first_start_hour=None)
+        return target
+
+    def signal_stop(self, *, timeout_s: float) -> int | None:
+        """SIGTERM the running platform (it stops what it started) and wait for it to finish."""
+        pid = self.read().get("pid")
+        if not pid or not _alive(int(pid)):
+            return None
+        os.kill(int(pid), signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and _alive(int(pid)):
+            time.sleep(0.5)
+        if _alive(int(pid)):
+            raise TidewaterError(f"platform pid {pid} still running after {timeout_s:g} s; see {self.log_dir}")
+        return int(pid)
+
+
+class GeneratorThread(threading.Thread):
+    def __init__(self, settings: Settings, *, rate: float, seed: int, stop: threading.Event) -> None:
+        super().__init__(name="generator", daemon=True)
+        self.settings, self.rate, self.seed, self.stop_event = settings, rate, seed, stop
+        self.error: str | None = None
+
+    def run(self) -> None:
+        from tidewater.generator.events import GeneratorConfig
+        from tidewater.generator.producer import produce
+
+        config = GeneratorConfig(
+            seed=self.seed, rate=self.rate, duplicate_rate=0.01, out_of_order_fraction=0.05, malformed_rate=0.002
+        )
+        try:
+            produce(self.settings, self.settings.topic("rsvps"), config, realtime=True, stop=self.stop_event)
+        except TidewaterError as exc:
+            self.error = one_line(exc)
+
+
+def start_generator(settings: Settings, *, rate: float, seed: int, stop: threading.Event) -> GeneratorThread:
+    thread = GeneratorThread(settings, rate=rate, seed=seed, stop=stop)
+    thread.start()
+    return thread
+
+
+class StreamReporter:
+    """The status line the platform prints: rows per table and each stream's health."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def report(self) -> str:
+        from tidewater.cli import table_report
+        from tidewater.orchestration.supervisor import StreamControl
+        from tidewater.pipelines import all_pipelines
+
+        lines = []
+        for name in sorted(all_pipelines()):
+            health = StreamControl(self.settings, name).health()
+            lines.append(f"{table_report(self.settings, name)}\n    stream {health.summary()}")
+        return "\n".join(lines)
+
+
+def stop_streams(settings: Settings) -> None:
+    """Stop every live stream this state folder supervises (their desired state stays as it was, so
+    the next platform start resumes them)."""
+    from tidewater.orchestration.supervisor import StreamControl
+    from tidewater.pipelines import all_pipelines
+
+    for name in sorted(all_pipelines()):
+        control = StreamControl(settings, name)
+        if control.lease_pids() or control.driver():
+            health = control.stop(reason="platform stopping")
+            print(f"tidewater: stream {name}: {health.state}", flush=True)
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
