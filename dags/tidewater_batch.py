@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from airflow.sdk import DAG, task
+from airflow.sdk import DAG, CronDataIntervalTimetable, task
 
 from tidewater.config import Settings
 from tidewater.orchestration import tasks
@@ -30,7 +30,8 @@ for name, pipeline in sorted(all_pipelines().items()):
     with DAG(
         dag_id=f"tidewater_batch_{name}",
         description=f"Recompute {name} silver and gold for each interval from bronze",
-        schedule=settings.batch_schedule,
+        # A data interval per run (Airflow 3's plain cron schedule has none): [start, end) is what runs recompute.
+        schedule=CronDataIntervalTimetable(settings.batch_schedule, timezone="UTC"),
         start_date=START if START.tzinfo else START.replace(tzinfo=dt.UTC),
         catchup=True,
         max_active_runs=settings.batch_max_active_runs,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -233,14 +234,18 @@ def stop_process_group(process: subprocess.Popen[bytes], *, timeout_s: float) ->
 
 
 def last_error_line(log_path: Path) -> str:
+    """The last one-line error a tidewater process printed to ``log_path`` (``tidewater: <Kind>Error: ...``)."""
     try:
         lines = log_path.read_text(errors="replace").splitlines()
     except OSError:
         return "no log"
     for line in reversed(lines):
-        if line.startswith("tidewater: "):
+        if _ERROR_LINE.match(line):
             return line.removeprefix("tidewater: ")
-    return lines[-1] if lines else "no output"
+    return "no error reported (killed by a signal, or out of memory?)"
+
+
+_ERROR_LINE = re.compile(r"^tidewater: [A-Z]\w*(Error|Exception|Failure|Exit)\b")
 
 
 def table_report(settings: Settings, pipeline_name: str) -> str:

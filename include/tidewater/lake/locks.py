@@ -34,8 +34,9 @@ class TableLockTimeoutError(TidewaterError):
     """Another writer held a table's lock for longer than the timeout."""
 
 
-_held: dict[str, tuple[IO[str], int]] = {}  # path -> (open file, depth) for this process
-_guard = threading.RLock()
+_paths: dict[str, threading.Lock] = {}  # one per lock file: threads of this process take turns
+_paths_guard = threading.Lock()  # guards _paths only; never held while waiting
+_depth = threading.local()  # per thread: lock file -> how many nested holds
 
 
 @dataclass(frozen=True)
@@ -46,25 +47,37 @@ class TableLock:
 
     @contextmanager
     def hold(self, purpose: str) -> Iterator[None]:
-        """Hold the lock for ``purpose`` (written beside it, so a waiting writer can say who holds it)."""
+        """Hold the lock for ``purpose`` (written beside it, so a waiting writer can say who holds it).
+
+        Reentrant for the thread holding it; other threads of the process, and other processes, wait.
+        """
         key = str(self.path)
-        with _guard:
-            if key in _held:
-                handle, depth = _held[key]
-                _held[key] = (handle, depth + 1)
-            else:
-                _held[key] = (self._acquire(purpose), 1)
+        depths: dict[str, int] = _depth.__dict__.setdefault("held", {})
+        if depths.get(key):
+            depths[key] += 1
+            try:
+                yield
+            finally:
+                depths[key] -= 1
+            return
+        with _paths_guard:
+            in_process = _paths.setdefault(key, threading.Lock())
+        if not in_process.acquire(timeout=self.timeout_s):
+            raise TableLockTimeoutError(
+                f"table {self.table} has been locked by another thread of this process for over "
+                f"{self.timeout_s:g} s; raise TIDEWATER_TABLE_LOCK_TIMEOUT_SECONDS if that is expected"
+            )
         try:
-            yield
+            handle = self._acquire(purpose)
+            depths[key] = 1
+            try:
+                yield
+            finally:
+                depths.pop(key, None)
+                fcntl.flock(handle, fcntl.LOCK_UN)
+                handle.close()
         finally:
-            with _guard:
-                handle, depth = _held[key]
-                if depth > 1:
-                    _held[key] = (handle, depth - 1)
-                else:
-                    del _held[key]
-                    fcntl.flock(handle, fcntl.LOCK_UN)
-                    handle.close()
+            in_process.release()
 
     def holder(self) -> str | None:
         """Who holds the lock now (None if free)."""

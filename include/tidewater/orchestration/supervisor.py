@@ -142,6 +142,8 @@ class StreamControl:
         holders = {held[0] for held in leases.values() if held is not None}
         progress = {q: read_progress(self.layout.progress_dir() / f"{q}.json") or {} for q in self.queries}
         now = time.time()
+        # Progress written by the driver holding the lease now (not by an earlier one).
+        fresh = {q for q, held in leases.items() if held and progress[q].get("pid") == held[0]}
 
         def make(state: str, pid: int | None, detail: str, age: float | None = None) -> StreamHealth:
             return StreamHealth(
@@ -152,7 +154,7 @@ class StreamControl:
                 pid=pid,
                 detail=detail,
                 heartbeat_age_s=None if age is None else round(age, 1),
-                queries={q: _query_view(p) for q, p in progress.items() if p and holders},
+                queries={q: _query_view(p) for q, p in progress.items() if p and q in fresh},
                 checked_at=_now(),
             )
 
@@ -226,10 +228,23 @@ class StreamControl:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(group, signal.SIGKILL)
         self._event("stop", pids=sorted(pids), reason=reason, forced=forced)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and self.lease_pids():
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and (self.lease_pids() or any(group_members(g) for g in groups)):
             time.sleep(0.2)
         return self.health()
+
+    def reap_leftovers(self) -> list[int]:
+        """SIGKILL what is left of the last launched job's process group (a JVM whose Python driver was
+        killed keeps running). Only processes of that group that are Spark processes are touched."""
+        launched = self.driver().get("pid")
+        if not launched:
+            return []
+        victims = [pid for pid, cmd in group_members(int(launched)) if "spark" in cmd.lower()]
+        for pid in victims:
+            _kill(pid, signal.SIGKILL)
+        if victims:
+            self._event("reap", pids=victims)
+        return victims
 
     def supervise(self) -> tuple[str, StreamHealth]:
         """One supervision round: returns (action taken, health after it)."""
@@ -246,6 +261,7 @@ class StreamControl:
             after = self.start(reason=f"restart after stall: {health.detail}")
             return f"restarted (stalled: {health.detail})", after
         if health.state == DEAD:
+            self.reap_leftovers()
             after = self.start(reason=f"restart after crash: {health.detail}")
             return f"restarted (died: {health.detail})", after
         after = self.start(reason="desired state is running")
@@ -285,6 +301,24 @@ def alive(pid: int) -> bool:
             return stat.read().split(")")[-1].split()[0] != "Z"
     except OSError:
         return True
+
+
+def group_members(pgid: int) -> list[tuple[int, str]]:
+    """(pid, command line) of the live processes in process group ``pgid``."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            fields = stat.rsplit(")", 1)[1].split()
+            if int(fields[2]) != pgid or fields[0] == "Z":
+                continue
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, IndexError, ValueError):
+            continue
+        members.append((int(entry.name), cmd))
+    return members
 
 
 def _pgid(pid: int) -> int | None:

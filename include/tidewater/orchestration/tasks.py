@@ -129,21 +129,14 @@ def correction_args(pipeline: str, params: Mapping[str, Any], end: Any, run_id: 
 
 
 def maintain(pipeline: str, run_id: str) -> list[dict[str, Any]]:
+    """Compact, vacuum and checkpoint each of the pipeline's live tables (and its corrections ledger)."""
     from tidewater.lake.maintenance import maintain_pipeline
-    from tidewater.pipelines import get_pipeline
 
     settings = Settings.from_env()
-    results = maintain_pipeline(
-        settings,
-        get_pipeline(pipeline),
-        settings.namespace,
-        retention_hours=settings.vacuum_retention_hours,
-        run_id=run_id,
-    )
-    out = [r.to_json() if hasattr(r, "to_json") else r for r in results]
-    for line in out:
-        log.info("maintenance: %s", line)
-    return out
+    results = maintain_pipeline(settings, pipeline, run_id=run_id, retention_hours=settings.vacuum_retention_hours)
+    for result in results:
+        log.info("maintenance: %s", result.to_json())
+    return [result.to_dict() for result in results]
 
 
 def _utc(value: Any, what: str) -> dt.datetime:

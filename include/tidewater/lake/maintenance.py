@@ -1,0 +1,455 @@
+"""Table maintenance: compaction, vacuum and a log checkpoint per Delta table, never racing a writer.
+
+Why each step:
+
+* **Compaction** (``optimize.compact``): a stream commits a few small files per micro-batch, so a
+  table grows thousands of them a day and every read pays per file. Compaction rewrites them in
+  a ``dataChange=false`` commit: the Delta stream sources ignore it (no row is re-read
+  downstream) and the rows, and every app transaction, stay as they were. It runs partition by
+  partition, each in its own short lock hold, so a stream micro-batch waiting on the lock never
+  waits for a whole table's rewrite.
+* **Vacuum** (``vacuum``, full mode): deletes the files compaction and replacements removed once
+  they are older than the retention, and staged files of micro-batches that were never committed
+  (see :mod:`tidewater.lake.files`). Time travel to versions older than the retention stops
+  working, which is the point: it bounds storage. A retention below the table's
+  ``delta.deletedFileRetentionDuration`` (7 days by default) is refused unless the caller says so
+  explicitly, because it also deletes the staged, not yet committed files of a writer that is
+  running right now - the table lock cannot protect those (executors write them before the driver
+  takes the lock to commit).
+* **Checkpoint** (``create_checkpoint``): readers then load the snapshot from one Parquet file
+  instead of replaying every JSON commit. ``cleanup_metadata`` (optional) deletes JSON commits
+  older than ``delta.logRetentionDuration`` (30 days); a Delta stream lagging further than that
+  could no longer follow the table, hence off by default.
+
+Every step that writes runs holding the table's lock (:mod:`tidewater.lake.locks`), the one the
+streaming writer holds for each micro-batch commit, so maintenance waits for a commit in flight
+(and the stream for maintenance) instead of failing one of them on a Delta conflict.
+
+The corrections ledger has no entry in :attr:`PipelineLayout.table_names`; its lock is
+:func:`ledger_lock`, in the same ``_locks`` directory, and every writer of the ledger must take it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import re
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import pyarrow as pa
+from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError
+from deltalake.transaction import CommitProperties
+
+from tidewater.config import Settings
+from tidewater.errors import ConfigError, LakePathError, TidewaterError
+from tidewater.lake.files import partition_value_text
+from tidewater.lake.layout import PipelineLayout
+from tidewater.lake.locks import TableLock
+from tidewater.lake.storage import filesystem
+from tidewater.lake.tables import LakeTable
+from tidewater.pipelines import get_pipeline
+from tidewater.pipelines.base import Pipeline
+
+log = logging.getLogger(__name__)
+
+LEDGER = "corrections"
+DEFAULT_TARGET_FILE_SIZE = 104_857_600  # delta-rs' default when delta.targetFileSize is not set
+DEFAULT_DELETED_FILE_RETENTION = timedelta(days=7)  # Delta's default delta.deletedFileRetentionDuration
+_JSON_FILE_LIST_LIMIT = 100  # vacuum lists in to_json(): enough to look at, small enough for an XCom
+
+
+class MaintenanceError(TidewaterError):
+    """One or more tables of a pipeline could not be maintained."""
+
+
+@dataclass(frozen=True)
+class MaintenanceResult:
+    """What maintenance did to one table (or, with ``dry_run``, would do)."""
+
+    table: str  # "bronze", "gold/<name>", "corrections"
+    uri: str
+    status: str  # "maintained" | "dry_run" | "skipped" | "failed"
+    run_id: str
+    detail: str = ""  # why it was skipped or failed (one line), or a warning (short retention)
+    retention_hours: int = 0
+    files_before: int = 0
+    files_after: int = 0
+    bytes_before: int = 0
+    bytes_after: int = 0
+    partitions_compacted: int = 0  # in a dry run: partitions compaction would rewrite
+    files_compacted: int = 0  # live files compaction replaced (in a dry run: would replace)
+    files_written: int = 0  # files compaction wrote
+    vacuum_files: tuple[str, ...] = ()  # deleted by vacuum (in a dry run: would be deleted)
+    vacuum_bytes: int = 0
+    version_before: int | None = None
+    version_after: int | None = None
+    checkpoint_version: int | None = None
+    lock_wait_s: float = 0.0  # total time spent waiting for the table's lock
+    duration_s: float = 0.0
+
+    @property
+    def files_removed_by_vacuum(self) -> int:
+        return len(self.vacuum_files)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["files_removed_by_vacuum"] = self.files_removed_by_vacuum
+        out["vacuum_files"] = list(self.vacuum_files[:_JSON_FILE_LIST_LIMIT])
+        out["vacuum_files_truncated"] = len(self.vacuum_files) > _JSON_FILE_LIST_LIMIT
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+
+# ---- where, and under which lock -------------------------------------------------------------------
+
+
+def ledger_lock(layout: PipelineLayout) -> TableLock:
+    """The corrections ledger's lock: beside the tables' locks, built the way :meth:`PipelineLayout.lock` is."""
+    return TableLock(
+        path=layout.settings.checkpoint_dir / layout.namespace / layout.pipeline.name / "_locks" / f"{LEDGER}.lock",
+        table=f"{layout.namespace}/{layout.pipeline.name}/{LEDGER}",
+        timeout_s=layout.settings.table_lock_timeout_seconds,
+    )
+
+
+def maintained_tables(layout: PipelineLayout) -> tuple[str, ...]:
+    """Every table maintenance looks after: the pipeline's tables, then the corrections ledger."""
+    return (*layout.table_names, LEDGER)
+
+
+def _target(layout: PipelineLayout, table: str) -> tuple[LakeTable, TableLock]:
+    if table == LEDGER:
+        return LakeTable(layout.ledger_uri()), ledger_lock(layout)
+    if table not in layout.table_names:
+        raise ConfigError(
+            f"pipeline {layout.pipeline.name} has no table {table!r}: maintain one of "
+            f"{', '.join(maintained_tables(layout))}"
+        )
+    return layout.table(table), layout.lock(table)
+
+
+# ---- retention -------------------------------------------------------------------------------------
+
+_DURATION = re.compile(r"^\s*(?:interval\s+)?(\d+(?:\.\d+)?)\s*([a-z]+?)s?\s*$", re.IGNORECASE)
+_UNIT_SECONDS = {
+    "nanosecond": 1e-9,
+    "microsecond": 1e-6,
+    "millisecond": 1e-3,
+    "second": 1,
+    "minute": 60,
+    "hour": 3600,
+    "day": 86400,
+    "week": 604800,
+}
+
+
+def configured_retention(table: DeltaTable) -> timedelta:
+    """The table's ``delta.deletedFileRetentionDuration`` (``interval 7 days``), or Delta's default."""
+    raw = table.metadata().configuration.get("delta.deletedFileRetentionDuration")
+    if not raw:
+        return DEFAULT_DELETED_FILE_RETENTION
+    match = _DURATION.match(raw)
+    unit = match.group(2).lower() if match else ""
+    if not match or unit not in _UNIT_SECONDS:
+        # Unreadable: assume Delta's default rather than guessing lower and deleting too much.
+        return DEFAULT_DELETED_FILE_RETENTION
+    return timedelta(seconds=float(match.group(1)) * _UNIT_SECONDS[unit])
+
+
+def check_retention(uri: str, retention_hours: int, configured: timedelta, *, allow_short: bool) -> str:
+    """Refuse a retention below the table's own unless ``allow_short``; return the warning to record."""
+    if retention_hours < 0:
+        raise ConfigError(
+            f"vacuum retention {retention_hours} h is negative: set TIDEWATER_VACUUM_RETENTION_HOURS >= 0"
+        )
+    configured_hours = configured.total_seconds() / 3600
+    if retention_hours >= configured_hours:
+        return ""
+    if not allow_short:
+        raise ConfigError(
+            f"vacuum retention {retention_hours} h is below the {configured_hours:g} h deletedFileRetentionDuration of "
+            f"{uri}: it would delete files a running writer has staged but not committed yet; raise "
+            "TIDEWATER_VACUUM_RETENTION_HOURS, or allow a short retention explicitly when no writer can be running"
+        )
+    warning = (
+        f"vacuum retention {retention_hours} h is below the table's {configured_hours:g} h "
+        "deletedFileRetentionDuration (explicitly allowed)"
+    )
+    log.warning("%s: %s", uri, warning)
+    return warning
+
+
+# ---- compaction plan -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    version: int
+    files: int
+    bytes: int
+
+
+def _snapshot(table: DeltaTable) -> _Snapshot:
+    actions = pa.table(table.get_add_actions(flatten=True))
+    size = sum(actions.column("size_bytes").to_pylist()) if actions.num_rows else 0
+    return _Snapshot(int(table.version()), actions.num_rows, int(size))
+
+
+def target_file_size(table: DeltaTable, override: int | None = None) -> int:
+    if override:
+        return override
+    configured = table.metadata().configuration.get("delta.targetFileSize")
+    return int(configured) if configured and configured.isdigit() else DEFAULT_TARGET_FILE_SIZE
+
+
+def compaction_plan(table: DeltaTable, target_size: int) -> list[tuple[dict[str, str | None], int]]:
+    """Partitions worth compacting: those with two or more files below the target size (what delta-rs
+    would bin together), as (partition values, number of small files), largest first."""
+    actions = pa.table(table.get_add_actions(flatten=True))
+    columns = [c for c in actions.column_names if c.startswith("partition.")]
+    small: dict[tuple[tuple[str, str | None], ...], int] = {}
+    for row in actions.select(["size_bytes", *columns]).to_pylist():
+        if int(row["size_bytes"]) >= target_size:
+            continue
+        key = tuple((c.removeprefix("partition."), partition_value_text(row[c])) for c in columns)
+        small[key] = small.get(key, 0) + 1
+    plan = [(dict(key), count) for key, count in small.items() if count >= 2]
+    return sorted(plan, key=lambda item: -item[1])
+
+
+def _partition_filters(values: dict[str, str | None]) -> list[tuple[str, str, Any]] | None:
+    # delta-rs cannot encode None in a filter; "" selects the null partition (Delta's null value).
+    return [(column, "=", "" if value is None else value) for column, value in values.items()] or None
+
+
+def _describe(values: dict[str, str | None]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in values.items()) or "whole table"
+
+
+# ---- the steps -------------------------------------------------------------------------------------
+
+
+class _Maintenance:
+    """One table's maintenance run: opens the table afresh under each lock hold (a writer may have
+    committed while we waited) and accounts for the time spent waiting."""
+
+    def __init__(self, lake: LakeTable, lock: TableLock, run_id: str) -> None:
+        self.lake = lake
+        self.lock = lock
+        self.run_id = run_id
+        self.lock_wait_s = 0.0
+
+    @contextmanager
+    def locked(self, step: str) -> Iterator[DeltaTable]:
+        asked = time.monotonic()
+        with self.lock.hold(f"maintenance {self.run_id}: {step}"):
+            self.lock_wait_s += time.monotonic() - asked
+            try:
+                yield self.lake.open()
+            except (OSError, DeltaError) as exc:
+                raise LakePathError(
+                    f"{step} of {self.lake.uri} failed: {' '.join(str(exc).split())[:300]} - every step is safe to "
+                    "repeat: fix the cause and run maintenance again"
+                ) from None
+
+    def commit_properties(self, step: str) -> CommitProperties:
+        return CommitProperties(custom_metadata={"tidewater.maintenance_run": self.run_id, "tidewater.step": step})
+
+    def compact(self, plan: list[tuple[dict[str, str | None], int]], target_size: int) -> tuple[int, int, int]:
+        """Compact each planned partition in its own lock hold; (partitions, files removed, files added)."""
+        partitions = removed = added = 0
+        for values, _ in plan:
+            with self.locked(f"compact {_describe(values)}") as table:
+                metrics = table.optimize.compact(
+                    partition_filters=_partition_filters(values),
+                    target_size=target_size,
+                    commit_properties=self.commit_properties("compact"),
+                )
+            if metrics.get("numFilesRemoved", 0):
+                partitions += 1
+                removed += int(metrics["numFilesRemoved"])
+                added += int(metrics.get("numFilesAdded", 0))
+        return partitions, removed, added
+
+    def vacuum_listing(self, table: DeltaTable, retention_hours: int, enforce: bool) -> list[str]:
+        """What vacuum would delete now (a dry run: nothing changes, no lock needed)."""
+        try:
+            return list(table.vacuum(retention_hours, dry_run=True, enforce_retention_duration=enforce, full=True))
+        except (OSError, DeltaError) as exc:
+            raise LakePathError(
+                f"cannot list what vacuum would delete in {self.lake.uri}: {' '.join(str(exc).split())[:300]}"
+            ) from None
+
+    def vacuum(self, retention_hours: int, enforce: bool) -> tuple[list[str], int]:
+        """List outside the lock (a full vacuum lists the whole directory: the stream should not wait
+        for that, and the sizes must be read before the files go), delete under it."""
+        listed = self.vacuum_listing(self.lake.open(), retention_hours, enforce)
+        if not listed:
+            return [], 0
+        sizes = _sizes(self.lake.uri, listed)
+        with self.locked("vacuum") as table:
+            deleted = table.vacuum(
+                retention_hours,
+                dry_run=False,
+                enforce_retention_duration=enforce,
+                full=True,
+                commit_properties=self.commit_properties("vacuum"),
+            )
+        return list(deleted), sum(sizes.get(path, 0) for path in deleted)
+
+    def checkpoint(self, cleanup_logs: bool) -> int:
+        with self.locked("checkpoint") as table:
+            table.create_checkpoint()
+            if cleanup_logs:
+                table.cleanup_metadata()
+            return int(table.version())
+
+
+def _sizes(uri: str, relative_paths: list[str]) -> dict[str, int]:
+    fs, root = filesystem(uri)
+    infos = fs.get_file_info([f"{root}/{path}" for path in relative_paths])
+    return {path: int(info.size or 0) for path, info in zip(relative_paths, infos, strict=True)}
+
+
+def maintain_table(
+    layout: PipelineLayout,
+    table: str,
+    *,
+    retention_hours: int,
+    run_id: str,
+    dry_run: bool = False,
+    allow_short_retention: bool = False,
+    cleanup_logs: bool = False,
+    target_size: int | None = None,
+) -> MaintenanceResult:
+    """Compact, vacuum and checkpoint one table of ``layout`` (or ``"corrections"``, the ledger).
+
+    A table that does not exist yet is skipped (status ``skipped``). ``dry_run`` changes nothing
+    and reports what compaction would rewrite and which files vacuum would delete. Each writing
+    step holds the table's lock, waiting up to ``table_lock_timeout_seconds`` for a writer
+    (:class:`~tidewater.lake.locks.TableLockTimeoutError` after that).
+    """
+    started = time.monotonic()
+    lake, lock = _target(layout, table)
+    if not lake.exists():
+        what = "no corrections ledger yet" if table == LEDGER else "table does not exist yet"
+        log.info("maintenance %s: skipped %s: %s", run_id, lake.uri, what)
+        return MaintenanceResult(table, lake.uri, "skipped", run_id, what, retention_hours)
+    delta = lake.open()
+    warning = check_retention(lake.uri, retention_hours, configured_retention(delta), allow_short=allow_short_retention)
+    enforce = not allow_short_retention
+    before = _snapshot(delta)
+    size = target_file_size(delta, target_size)
+    plan = compaction_plan(delta, size)
+    work = _Maintenance(lake, lock, run_id)
+    common = {"table": table, "uri": lake.uri, "run_id": run_id, "detail": warning, "retention_hours": retention_hours}
+    if dry_run:
+        listed = work.vacuum_listing(delta, retention_hours, enforce)
+        dry = MaintenanceResult(
+            status="dry_run",
+            files_before=before.files,
+            files_after=before.files,
+            bytes_before=before.bytes,
+            bytes_after=before.bytes,
+            partitions_compacted=len(plan),
+            files_compacted=sum(count for _, count in plan),
+            vacuum_files=tuple(listed),
+            vacuum_bytes=sum(_sizes(lake.uri, listed).values()) if listed else 0,
+            version_before=before.version,
+            version_after=before.version,
+            duration_s=round(time.monotonic() - started, 3),
+            **common,
+        )
+        log.info("maintenance dry run of %s: %s", lake.uri, dry.to_json())
+        return dry
+    partitions, removed, added = work.compact(plan, size)
+    vacuumed, vacuum_bytes = work.vacuum(retention_hours, enforce)
+    checkpoint = work.checkpoint(cleanup_logs)
+    after = _snapshot(lake.open())
+    result = MaintenanceResult(
+        status="maintained",
+        files_before=before.files,
+        files_after=after.files,
+        bytes_before=before.bytes,
+        bytes_after=after.bytes,
+        partitions_compacted=partitions,
+        files_compacted=removed,
+        files_written=added,
+        vacuum_files=tuple(vacuumed),
+        vacuum_bytes=vacuum_bytes,
+        version_before=before.version,
+        version_after=after.version,
+        checkpoint_version=checkpoint,
+        lock_wait_s=round(work.lock_wait_s, 3),
+        duration_s=round(time.monotonic() - started, 3),
+        **common,
+    )
+    log.info("maintained %s: %s", lake.uri, result.to_json())
+    return result
+
+
+def maintain_pipeline(
+    settings: Settings,
+    pipeline: Pipeline | str,
+    namespace: str | None = None,
+    *,
+    run_id: str,
+    retention_hours: int | None = None,
+    dry_run: bool = False,
+    allow_short_retention: bool = False,
+    cleanup_logs: bool = False,
+    raise_on_failure: bool = True,
+) -> list[MaintenanceResult]:
+    """Maintain every table of a pipeline in a namespace, then its corrections ledger: one result each.
+
+    The retention (default ``settings.vacuum_retention_hours``) is checked against every existing
+    table before anything changes. A table that fails (e.g. its lock stayed held) does not stop the
+    others: its result has status ``failed`` and the error in ``detail``; then, with
+    ``raise_on_failure``, a :class:`MaintenanceError` names the failed tables (every result is in the log).
+    """
+    definition = get_pipeline(pipeline) if isinstance(pipeline, str) else pipeline
+    layout = PipelineLayout.of(settings, definition, namespace)
+    hours = settings.vacuum_retention_hours if retention_hours is None else retention_hours
+    names = maintained_tables(layout)
+    for name in names:  # refuse a bad retention before touching any table
+        lake, _ = _target(layout, name)
+        if lake.exists():
+            check_retention(lake.uri, hours, configured_retention(lake.open()), allow_short=allow_short_retention)
+    results: list[MaintenanceResult] = []
+    for name in names:
+        started = time.monotonic()
+        try:
+            result = maintain_table(
+                layout,
+                name,
+                retention_hours=hours,
+                run_id=run_id,
+                dry_run=dry_run,
+                allow_short_retention=allow_short_retention,
+                cleanup_logs=cleanup_logs,
+            )
+        except TidewaterError as exc:
+            uri = _target(layout, name)[0].uri
+            detail = f"{type(exc).__name__}: {exc}"
+            result = MaintenanceResult(
+                name, uri, "failed", run_id, detail, hours, duration_s=round(time.monotonic() - started, 3)
+            )
+            log.error("maintenance of %s failed: %s", uri, detail)
+        results.append(result)
+    failed = [r for r in results if r.status == "failed"]
+    if failed and raise_on_failure:
+        raise MaintenanceError(
+            f"maintenance {run_id} of {layout.namespace}/{definition.name} failed for {len(failed)} of "
+            f"{len(names)} tables ({failed[0].table}: {failed[0].detail}{'; ...' if len(failed) > 1 else ''}); "
+            "the other tables were maintained: fix the cause and run maintenance again"
+        )
+    return results
