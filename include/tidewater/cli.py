@@ -113,6 +113,7 @@ def cmd_platform(args: argparse.Namespace, settings: Settings) -> int:
                 )
             broker = EmbeddedBroker(port=settings.embedded_broker_port, log_path=state.log_dir / "broker.log").start()
             settings = settings.replace(kafka_bootstrap_servers=broker.bootstrap_servers)
+            state.record(broker_pid=broker.process.pid if broker.process else None)
             print(f"tidewater: embedded Kafka broker (tansu, in-memory) on {broker.bootstrap_servers}", flush=True)
         settings = settings.replace(batch_start_date=settings.batch_start_date or state.first_start_hour())
         from tidewater.generator.producer import ensure_topic
@@ -127,6 +128,7 @@ def cmd_platform(args: argparse.Namespace, settings: Settings) -> int:
         airflow = LocalAirflow(settings)
         state.record(airflow_url=airflow.url)
         airflow.start()
+        state.record(airflow_pids={name: p.pid for name, p in airflow.processes.items()})
         print(f"tidewater: Airflow UI at {airflow.url}  (user admin)", flush=True)
         if airflow.secrets.created:
             print(f"tidewater: admin password (shown once): {airflow.secrets.admin_password}", flush=True)
