@@ -1,16 +1,18 @@
 """Scheduled batch recompute, one DAG per pipeline: ``tidewater_batch_<pipeline>``.
 
-For its data interval, recompute silver and gold from bronze with the streaming job's own
-transforms, replacing exactly that interval (a rerun gives the same tables). Catchup is on, so
-Airflow's backfill (CLI, REST API, UI) fills any range; ``max_active_runs`` keeps a backfill from
-starving the schedule. The interval's writes hold the tables' locks, so they never interleave with
-the live stream's commits.
+For its data interval, once ``TIDEWATER_BATCH_SETTLE_MINUTES`` have passed since it ended (its
+events have reached silver, its windows are behind the watermark), recompute silver and gold from
+bronze with the streaming job's own transforms, replacing exactly that interval (a rerun gives the
+same tables). Catchup is on, so Airflow's backfill (CLI, REST API, UI) fills any range;
+``max_active_runs`` keeps a backfill from starving the schedule. The interval's writes hold the
+tables' locks, so they never interleave with the live stream's commits.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 
+from airflow.providers.standard.sensors.time_delta import TimeDeltaSensor
 from airflow.sdk import DAG, CronDataIntervalTimetable, task
 
 from tidewater.config import Settings
@@ -51,4 +53,11 @@ for name, pipeline in sorted(all_pipelines().items()):
             assert run_id is not None
             return tasks.interval_args(pipeline, data_interval_start, data_interval_end, run_id)
 
-        TidewaterSparkJobOperator(task_id="recompute", job="batch", job_args=plan())
+        settle = TimeDeltaSensor(
+            task_id="wait_for_late_data",
+            delta=dt.timedelta(minutes=settings.batch_settle_minutes),
+            deferrable=True,  # waits in the triggerer, not in a worker slot
+        )
+        planned = plan()
+        settle >> planned
+        TidewaterSparkJobOperator(task_id="recompute", job="batch", job_args=planned)

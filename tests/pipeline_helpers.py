@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from kafka import KafkaProducer
@@ -55,3 +58,59 @@ def gold_as_streamed(spark: SparkSession, settings: Settings, gold: str, pipelin
     silver = read_table(spark, layout.table_uri("silver"))
     order = definition.gold_table(gold).build(silver.limit(0)).columns  # the batch computation's order
     return sorted(tuple(r) for r in table.select(*order).collect())
+
+
+def run_stream(spark: SparkSession, settings: Settings, pipeline: str = "rsvps") -> None:
+    """Process everything in Kafka through every tier with the streaming job's code (Trigger.AvailableNow)."""
+    from tidewater.streaming.runner import PipelineStreams
+
+    streams = PipelineStreams(settings, get_pipeline(pipeline))
+    try:
+        streams.run_available_now(spark)
+    finally:
+        streams.close()
+
+
+def streamed_lake(
+    spark: SparkSession, bootstrap_servers: str, state_dir: str, *, prefix: str, seed: int, count: int, **config: Any
+) -> Settings:
+    """A lake the streaming job wrote from ``count`` generated events starting 10:00 at 10/s, in
+    micro-batches of 1,500 records; duplicates, out-of-order and malformed records unless overridden."""
+    from tidewater.generator.events import parse_ts
+    from tidewater.generator.producer import ensure_topic
+
+    settings = Settings(
+        state_dir=state_dir,
+        kafka_request_timeout_ms=5000,
+        kafka_bootstrap_servers=bootstrap_servers,
+        kafka_topic_prefix=f"{prefix}-{uuid.uuid4().hex[:8]}-",
+        max_offsets_per_trigger=1500,
+    )
+    topic = settings.topic(get_pipeline("rsvps").topic)
+    ensure_topic(settings, topic, 4)
+    knobs = {
+        "rate": 10,
+        "duplicate_rate": 0.05,
+        "out_of_order_fraction": 0.1,
+        "out_of_order_max_ms": 20_000,
+        "malformed_rate": 0.02,
+        **config,
+    }
+    produce_generated(
+        settings, topic, GeneratorConfig(seed=seed, start_time_ms=parse_ts("2026-11-21T10:00:00Z"), **knobs), count
+    )
+    run_stream(spark, settings)
+    return settings
+
+
+def wait_for(predicate: Callable[[], Any], *, timeout_s: float, what: str, log: Path | None = None) -> Any:
+    """Poll ``predicate`` until it returns something truthy (returned); fail naming ``what``, with
+    the tail of ``log`` if given."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:]) if log and log.exists() else ""
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}\n{tail}")

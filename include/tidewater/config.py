@@ -83,6 +83,9 @@ class Settings:
     # fixed date; the platform command sets it to the hour it first ran.
     batch_start_date: str = ""
     batch_max_active_runs: int = 2  # backfills cannot starve the schedule
+    # A scheduled interval is recomputed this long after it ends (deferred in the triggerer, no worker
+    # slot), so its events have reached silver and its windows are behind the stream's watermark.
+    batch_settle_minutes: float = 5.0
     correction_schedule: str = "*/15 * * * *"
     correction_lookback_hours: float = 6.0
     maintenance_schedule: str = "@daily"

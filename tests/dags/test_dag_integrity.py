@@ -40,4 +40,4 @@ def test_expected_dags_and_tasks(integrity: dict[str, Any]) -> None:
         [f"plan_{p}" for p in pipelines] + [f"correct_{p}" for p in pipelines]
     )
     for pipeline in pipelines:
-        assert dags[f"tidewater_batch_{pipeline}"] == ["plan_interval", "recompute"]
+        assert dags[f"tidewater_batch_{pipeline}"] == ["plan_interval", "recompute", "wait_for_late_data"]

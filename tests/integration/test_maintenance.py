@@ -11,14 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
-import signal
-import subprocess
-import sys
-import textwrap
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -26,6 +19,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
+from lock_helpers import held_elsewhere
 from tidewater.config import Settings
 from tidewater.connectors.kafka_client import RECORD_SCHEMA
 from tidewater.errors import ConfigError
@@ -112,38 +106,6 @@ def operations(table: LakeTable, after: int, upto: int) -> dict[int, list[dict]]
 
 def commit_info(actions: list[dict]) -> dict:
     return next(a["commitInfo"] for a in actions if "commitInfo" in a)
-
-
-HOLDER = textwrap.dedent(
-    """
-    import sys, time
-    from pathlib import Path
-    from tidewater.lake.locks import TableLock
-
-    path, purpose, seconds = Path(sys.argv[1]), sys.argv[2], float(sys.argv[3])
-    with TableLock(path, table="test", timeout_s=30).hold(purpose):
-        print("held", flush=True)
-        time.sleep(seconds)
-    """
-)
-
-
-@contextmanager
-def held_elsewhere(path: Path, purpose: str, seconds: float) -> Iterator[subprocess.Popen[str]]:
-    """Another process holding the lock file ``path`` for ``seconds``; yields once it holds it."""
-    process = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(path), purpose, str(seconds)], stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert process.stdout is not None
-        assert process.stdout.readline().strip() == "held", "the holder process did not take the lock"
-        yield process
-    finally:
-        if process.poll() is None:
-            os.kill(process.pid, signal.SIGKILL)
-        process.wait(timeout=10)
-        if process.stdout is not None:
-            process.stdout.close()
 
 
 @pytest.fixture

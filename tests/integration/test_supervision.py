@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline_helpers import send, table_rows
+from pipeline_helpers import send, table_rows, wait_for
 from tidewater.generator.events import GeneratorConfig, expected_events, generate, parse_ts
 from tidewater.generator.producer import ensure_topic
 from tidewater.orchestration.supervisor import DEAD, RUNNING, STOPPED, StreamControl, alive
@@ -29,16 +29,6 @@ pytestmark = pytest.mark.slow
 
 RSVPS = get_pipeline("rsvps")
 TOTAL = 6_000
-
-
-def wait_for(predicate, *, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
 
 
 def silver_count(settings) -> int:

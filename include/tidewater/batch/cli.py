@@ -1,9 +1,154 @@
-"""``tidewater batch ...``: the commands spark_jobs/batch.py runs (placeholder, being written)."""
+"""``tidewater batch recompute|replay|correct``: the commands spark_jobs/batch.py runs.
+
+    tidewater batch recompute --pipeline P --start ISO --end ISO --run-id ID [--namespace NS]
+    tidewater batch replay    --pipeline P --start ISO --end ISO --run-id ID [--namespace NS]
+                              [--source bronze|kafka] [--target live|sandbox] [--sandbox-namespace NAME]
+                              [--entity V ...]
+    tidewater batch correct   --pipeline P --start ISO --end ISO --run-id ID [--namespace NS]
+
+Every argument is checked before a JVM starts, each failing in one line with exit status 2. The
+last line of a successful run is ``tidewater: result {json}`` (see :class:`BatchResult`).
+"""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from tidewater.config import Settings
+from tidewater.errors import ConfigError, PipelineError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from tidewater.batch.result import BatchResult
+    from tidewater.pipelines.base import Pipeline
+
+RESULT_PREFIX = "tidewater: result "
+COMMANDS = {
+    "recompute": "rebuild silver and gold of an event-time interval from bronze (the scheduled batch)",
+    "replay": "rebuild a range (optionally some entities) from bronze or Kafka, into live or a sandbox",
+    "correct": "correct closed gold windows from silver (late data), recording every change in the ledger",
+}
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """Usage errors in the one-line form of every other tidewater error (exit status 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"tidewater: ConfigError: {self.prog}: {message} (see --help)\n")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``batch`` command and its sub-commands to the ``tidewater`` parser."""
+    batch = sub.add_parser("batch", help="bounded recomputes: interval recompute, replay, late-data correction")
+    commands = batch.add_subparsers(dest="batch_command", required=True, parser_class=_OneLineParser)
+    for name, text in COMMANDS.items():
+        parser = commands.add_parser(name, help=text, description=text)
+        parser.add_argument("--pipeline", required=True)
+        parser.add_argument("--start", required=True, help="ISO-8601, inclusive (no offset: UTC)")
+        parser.add_argument("--end", required=True, help="ISO-8601, exclusive (no offset: UTC)")
+        parser.add_argument("--run-id", required=True, help="labels every commit and ledger entry (e.g. the DAG run)")
+        parser.add_argument(
+            "--namespace",
+            default=None,
+            help="the lake namespace read and (unless a sandbox replay) written (default: TIDEWATER_NAMESPACE or live)",
+        )
+        if name == "replay":
+            parser.add_argument("--source", default="bronze", help="bronze (default) or kafka")
+            parser.add_argument("--target", default="sandbox", help="sandbox (default) or live")
+            parser.add_argument("--sandbox-namespace", default=None, help="namespace a sandbox replay writes to")
+            parser.add_argument(
+                "--entity", action="append", default=[], help="restrict to this entity value (repeatable)"
+            )
+        parser.set_defaults(func=lambda args, settings: run(args, settings))
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    """Validate, start Spark, run, stop Spark, print the result line."""
+    job = prepare(args, settings)
+    from tidewater.spark import build_session
+
+    spark = build_session(settings, f"tidewater-batch-{args.batch_command}-{args.pipeline}")
+    try:
+        result = job(spark)
+    finally:
+        spark.stop()
+    print(f"{RESULT_PREFIX}{result.to_json()}", flush=True)
+    return 0
+
+
+def prepare(args: argparse.Namespace, settings: Settings) -> Callable[[SparkSession], BatchResult]:
+    """Every check that needs no JVM, then the job as a function of the Spark session."""
+    from tidewater.batch import recompute, sources
+    from tidewater.batch.correction import correct_late_data
+    from tidewater.batch.interval import Interval
+    from tidewater.batch.targets import check_run_id
+    from tidewater.lake.layout import PipelineLayout
+    from tidewater.lake.tables import check_lake_root
+
+    pipeline = _pipeline(args.pipeline)
+    interval = Interval.parse(args.start, args.end)
+    run_id = check_run_id(args.run_id)
+    namespace = args.namespace or settings.namespace
+    if not namespace.replace("_", "").replace("-", "").isalnum():
+        raise ConfigError(f"--namespace {namespace!r} may hold only letters, digits, - and _")
+    check_lake_root(settings.lake_uri)
+    layout = PipelineLayout.of(settings, pipeline, namespace)
+    common: dict[str, Any] = {"run_id": run_id, "namespace": namespace}
+
+    if args.batch_command == "recompute":
+        layout.table("bronze").open()  # LakePathError in one line if the namespace has no bronze
+        return lambda spark: recompute.recompute_interval(
+            spark, settings, pipeline, interval.start, interval.end, **common
+        )
+    if args.batch_command == "correct":
+        layout.table("silver").open()
+        return lambda spark: correct_late_data(spark, settings, pipeline, interval.start, interval.end, **common)
+
+    recompute.check_replay(
+        settings,
+        pipeline,
+        source=args.source,
+        target=args.target,
+        sandbox_namespace=args.sandbox_namespace,
+        namespace=namespace,
+        entities=args.entity,
+    )
+    if args.source == sources.BRONZE:
+        layout.table("bronze").open()
+    else:
+        _check_topic(settings, pipeline)
+    return lambda spark: recompute.replay(
+        spark,
+        settings,
+        pipeline,
+        interval.start,
+        interval.end,
+        source=args.source,
+        target=args.target,
+        sandbox_namespace=args.sandbox_namespace,
+        entities=args.entity,
+        **common,
+    )
+
+
+def _pipeline(name: str) -> Pipeline:
+    from tidewater.pipelines import get_pipeline
+
+    try:
+        return get_pipeline(name)
+    except PipelineError as exc:
+        raise ConfigError(f"--pipeline: {exc}") from None
+
+
+def _check_topic(settings: Settings, pipeline: Pipeline) -> None:
+    """Broker reachable and topic present (one-line errors), before Spark plans a Kafka read."""
+    from tidewater.connectors.kafka_client import KafkaPythonClient
+
+    client = KafkaPythonClient(settings.kafka_client_config(), stall_timeout_s=15)
+    try:
+        client.partitions(settings.topic(pipeline.topic))
+    finally:
+        client.close()

@@ -56,12 +56,15 @@ class PipelineLayout:
     def lock(self, table: str) -> TableLock:
         """The lock every writer of ``table`` holds around its commit (see :mod:`tidewater.lake.locks`)."""
         self.table_uri(table)  # unknown tables fail here
+        return self._lock(table.replace("/", "."))
+
+    def ledger_lock(self) -> TableLock:
+        """The corrections ledger's lock (corrections append, maintenance compacts)."""
+        return self._lock("corrections")
+
+    def _lock(self, name: str) -> TableLock:
         return TableLock(
-            path=self.settings.checkpoint_dir
-            / self.namespace
-            / self.pipeline.name
-            / "_locks"
-            / f"{table.replace('/', '.')}.lock",
-            table=f"{self.namespace}/{self.pipeline.name}/{table}",
+            path=self.settings.checkpoint_dir / self.namespace / self.pipeline.name / "_locks" / f"{name}.lock",
+            table=f"{self.namespace}/{self.pipeline.name}/{name}",
             timeout_s=self.settings.table_lock_timeout_seconds,
         )

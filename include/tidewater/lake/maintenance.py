@@ -113,12 +113,8 @@ class MaintenanceResult:
 
 
 def ledger_lock(layout: PipelineLayout) -> TableLock:
-    """The corrections ledger's lock: beside the tables' locks, built the way :meth:`PipelineLayout.lock` is."""
-    return TableLock(
-        path=layout.settings.checkpoint_dir / layout.namespace / layout.pipeline.name / "_locks" / f"{LEDGER}.lock",
-        table=f"{layout.namespace}/{layout.pipeline.name}/{LEDGER}",
-        timeout_s=layout.settings.table_lock_timeout_seconds,
-    )
+    """The corrections ledger's lock (the one corrections hold while appending)."""
+    return layout.ledger_lock()
 
 
 def maintained_tables(layout: PipelineLayout) -> tuple[str, ...]:

@@ -212,10 +212,12 @@ class LakeTable:
         batch_id: int | None = None,
         metadata: dict[str, Any] | None = None,
         update: bool = True,
+        keep: Sequence[str] = (),
         prune: Mapping[str, Sequence[str]] | None = None,
         target_filter: str | None = None,
     ) -> CommitResult:
-        """Upsert ``source`` on ``keys`` (or insert-only when ``update`` is False).
+        """Upsert ``source`` on ``keys`` (or insert-only when ``update`` is False); a matched row keeps
+        its values of the ``keep`` columns.
 
         ``prune`` ({partition column: values}) restricts the target side to those partitions and
         ``target_filter`` (SQL on alias ``t``) further, so the merge reads only files that can match.
@@ -236,7 +238,10 @@ class LakeTable:
             target_alias="t",
             commit_properties=self._commit_properties(app_id, batch_id, metadata),
         )
-        if update:
+        if update and keep:
+            columns = [c for c in source.schema.names if c not in keep]
+            merger = merger.when_matched_update(updates={f"`{c}`": f"s.`{c}`" for c in columns})
+        elif update:
             merger = merger.when_matched_update_all()
         merger.when_not_matched_insert_all().execute()
         table.update_incremental()

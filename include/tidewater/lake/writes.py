@@ -77,13 +77,14 @@ def merge(
     table: LakeTable,
     *,
     keys: Sequence[str],
+    keep: Sequence[str] = (),
     app_id: str | None = None,
     batch_id: int | None = None,
     metadata: dict[str, Any] | None = None,
 ) -> CommitResult:
     if _already_committed(table, app_id, batch_id):  # skip the Spark job too
         return CommitResult(False, table.version())
-    return table.merge(df.toArrow(), keys=keys, app_id=app_id, batch_id=batch_id, metadata=metadata)
+    return table.merge(df.toArrow(), keys=keys, keep=keep, app_id=app_id, batch_id=batch_id, metadata=metadata)
 
 
 def replace_where(

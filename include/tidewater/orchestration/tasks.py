@@ -75,17 +75,7 @@ def interval_args(pipeline: str, start: Any, end: Any, run_id: str) -> list[str]
     layout = PipelineLayout.of(settings, get_pipeline(pipeline))
     if not layout.table("bronze").exists():
         raise AirflowSkipException(f"no bronze table at {layout.table_uri('bronze')} yet: nothing to recompute")
-    return [
-        "recompute",
-        "--pipeline",
-        pipeline,
-        "--start",
-        begin.isoformat(),
-        "--end",
-        finish.isoformat(),
-        "--run-id",
-        run_id,
-    ]
+    return _batch_args("recompute", pipeline, begin, finish, run_id)
 
 
 def replay_args(params: Mapping[str, Any], run_id: str) -> list[str]:
@@ -112,17 +102,7 @@ def correction_args(pipeline: str, params: Mapping[str, Any], end: Any, run_id: 
     else:
         finish = _utc(end, "end") if end else dt.datetime.now(dt.UTC)
         begin = finish - dt.timedelta(hours=settings.correction_lookback_hours)
-    return [
-        "correct",
-        "--pipeline",
-        pipeline,
-        "--start",
-        begin.isoformat(),
-        "--end",
-        finish.isoformat(),
-        "--run-id",
-        run_id,
-    ]
+    return _batch_args("correct", pipeline, begin, finish, run_id)
 
 
 # ---- maintenance --------------------------------------------------------------------------------------
@@ -137,6 +117,11 @@ def maintain(pipeline: str, run_id: str) -> list[dict[str, Any]]:
     for result in results:
         log.info("maintenance: %s", result.to_json())
     return [result.to_dict() for result in results]
+
+
+def _batch_args(mode: str, pipeline: str, start: dt.datetime, end: dt.datetime, run_id: str) -> list[str]:
+    """Arguments of ``spark_jobs/batch.py <mode>`` (see ``tidewater batch --help``)."""
+    return [mode, "--pipeline", pipeline, "--start", start.isoformat(), "--end", end.isoformat(), "--run-id", run_id]
 
 
 def _utc(value: Any, what: str) -> dt.datetime:

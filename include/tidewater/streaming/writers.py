@@ -156,5 +156,14 @@ class GoldWriter:
     def __call__(self, updates: DataFrame, batch_id: int) -> None:
         meta = {"tidewater.query": self.query, "tidewater.batch_id": batch_id}
         with holding(self.lock, f"{self.query} batch {batch_id}"):
-            writes.merge(updates, self.table, keys=self.gold.keys, app_id=self.app_id, batch_id=batch_id, metadata=meta)
+            # A window the stream still updates is provisional again; its correction count stays.
+            writes.merge(
+                updates,
+                self.table,
+                keys=self.gold.keys,
+                keep=("revision",),
+                app_id=self.app_id,
+                batch_id=batch_id,
+                metadata=meta,
+            )
         faults.after_commit(self.query, batch_id)

@@ -1,0 +1,168 @@
+"""What a recompute or correction does to published gold rows: pure functions over two Arrow tables.
+
+``old`` is what the gold table holds for the selected windows, ``new`` what silver says now (both
+with the ``status`` and ``revision`` columns of :meth:`GoldTable.rows`). The functions decide the
+rows to write and the changes the ledger must record, so that no published value changes silently.
+They do no I/O and need no Spark, which is what lets the rules below be unit-tested exhaustively:
+
+* a row's *measures* are its columns minus the merge keys, the window bounds, status and revision;
+* ``revision`` counts the ledger entries of a row: it grows by one with every recorded change;
+* once a row is ``final`` it stays final (a window behind the watermark does not reopen).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from tidewater.pipelines.base import FINAL, STATUS_COLUMNS
+
+WINDOW_COLUMNS = ("window_start", "window_end")
+Key = tuple[Any, ...]
+
+
+def measure_columns(columns: Sequence[str], keys: Sequence[str]) -> tuple[str, ...]:
+    skip = {*keys, *WINDOW_COLUMNS, *STATUS_COLUMNS}
+    return tuple(c for c in columns if c not in skip)
+
+
+def group_columns(keys: Sequence[str]) -> tuple[str, ...]:
+    """The merge keys that are not window bounds (``venue_id``, ``response``): what the ledger calls keys."""
+    return tuple(k for k in keys if k not in WINDOW_COLUMNS)
+
+
+def to_json(values: Mapping[str, Any] | None) -> str | None:
+    """Deterministic JSON (sorted keys, no spaces) so equal values always give the same ledger text."""
+    if values is None:
+        return None
+    return json.dumps(dict(values), sort_keys=True, separators=(",", ":"), default=_json_default, ensure_ascii=False)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, dt.datetime | dt.date):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, bytes):
+        return value.hex()
+    raise TypeError(f"cannot encode {type(value).__name__} as JSON")
+
+
+@dataclass(frozen=True)
+class RowChange:
+    """One published gold row whose measures change: exactly one ledger entry."""
+
+    window_start: dt.datetime
+    window_end: dt.datetime
+    group: dict[str, Any]  # non-window key columns -> values
+    old: dict[str, Any] | None  # measures before; None: the row was missing
+    new: dict[str, Any] | None  # measures after; None: the row is removed
+    revision: int  # the row's revision after the change
+
+    @property
+    def kind(self) -> str:
+        return "missing" if self.old is None else ("removed" if self.new is None else "changed")
+
+
+@dataclass(frozen=True)
+class Reconciled:
+    rows: pa.Table  # what to write (schema of ``new``)
+    changes: tuple[RowChange, ...]  # what the ledger must record
+    finalized: int = 0  # rows whose status alone became final (no ledger entry: values unchanged)
+
+
+def index_rows(table: pa.Table, keys: Sequence[str]) -> dict[Key, dict[str, Any]]:
+    return {tuple(row[k] for k in keys): row for row in table.to_pylist()}
+
+
+def _sort_key(key: Key) -> tuple[tuple[bool, Any], ...]:
+    return tuple((v is None, v) for v in key)
+
+
+def _sorted(rows: Mapping[Key, dict[str, Any]]) -> Iterable[tuple[Key, dict[str, Any]]]:
+    return sorted(rows.items(), key=lambda item: _sort_key(item[0]))
+
+
+def _change(row: Mapping[str, Any], keys: Sequence[str], old: Any, new: Any, revision: int) -> RowChange:
+    return RowChange(
+        window_start=row["window_start"],
+        window_end=row["window_end"],
+        group={k: row[k] for k in group_columns(keys)},
+        old=old,
+        new=new,
+        revision=revision,
+    )
+
+
+def _table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+def reconcile_recompute(old: pa.Table, new: pa.Table, keys: Sequence[str]) -> Reconciled:
+    """Rows that replace the selected windows, and the ledger entries that replacement needs.
+
+    Provisional rows are simply replaced (they were published as "may still change"). A final row
+    whose measures change, or which silver no longer supports (removed), gets a ledger entry and
+    its revision grows; an unchanged row keeps its revision, so rerunning a recompute writes the
+    very same rows.
+    """
+    measures = measure_columns(new.column_names, keys)
+    before = index_rows(old, keys)
+    out: list[dict[str, Any]] = []
+    changes: list[RowChange] = []
+    for key, row in _sorted(index_rows(new, keys)):
+        prior = before.pop(key, None)
+        revision, status = 0, row["status"]
+        if prior is not None:
+            revision = int(prior.get("revision") or 0)
+            if prior.get("status") == FINAL:
+                status = FINAL
+                old_values = {m: prior.get(m) for m in measures}
+                new_values = {m: row[m] for m in measures}
+                if old_values != new_values:
+                    revision += 1
+                    changes.append(_change(row, keys, old_values, new_values, revision))
+        out.append({**row, "status": status, "revision": revision})
+    for _key, prior in _sorted(before):
+        if prior.get("status") == FINAL:
+            old_values = {m: prior.get(m) for m in measures}
+            changes.append(_change(prior, keys, old_values, None, int(prior.get("revision") or 0) + 1))
+    return Reconciled(_table(out, new.schema), tuple(changes))
+
+
+def plan_correction(old: pa.Table, new: pa.Table, keys: Sequence[str]) -> Reconciled:
+    """Upserts for closed windows (``new`` holds only those, recomputed from silver).
+
+    Affected rows (measures differ, or the window is missing from gold because only late events
+    fed it) become final with revision + 1 and one ledger entry each; unchanged rows that are not
+    final yet have their status alone flipped to final. Gold rows silver does not support are left
+    alone: a correction adds what the stream missed, it never deletes. Nothing to do gives no rows,
+    so a rerun commits nothing.
+    """
+    measures = measure_columns(new.column_names, keys)
+    before = index_rows(old, keys)
+    out: list[dict[str, Any]] = []
+    changes: list[RowChange] = []
+    finalized = 0
+    for key, row in _sorted(index_rows(new, keys)):
+        prior = before.get(key)
+        new_values = {m: row[m] for m in measures}
+        if prior is None:
+            out.append({**row, "status": FINAL, "revision": 1})
+            changes.append(_change(row, keys, None, new_values, 1))
+            continue
+        old_values = {m: prior.get(m) for m in measures}
+        revision = int(prior.get("revision") or 0)
+        if old_values != new_values:
+            out.append({**row, "status": FINAL, "revision": revision + 1})
+            changes.append(_change(row, keys, old_values, new_values, revision + 1))
+        elif prior.get("status") != FINAL:
+            out.append({**prior, "status": FINAL, "revision": revision})
+            finalized += 1
+    return Reconciled(_table(out, new.schema), tuple(changes), finalized)

@@ -1,0 +1,310 @@
+"""Batch is a bounded stream: rebuild silver and gold for an event-time interval with the stream's own transforms.
+
+Two entry points share one core (:func:`rebuild`):
+
+* :func:`recompute_interval`: what the scheduled batch DAG runs for its data interval. Bronze of
+  the namespace -> ``silver_from_bronze`` -> silver rows of ``[start, end)`` replace exactly that
+  interval of silver; then every gold table's windows starting in ``[start, end)`` are recomputed
+  from silver and replaced.
+* :func:`replay`: the same for a range, optionally restricted to some entities, from bronze or
+  straight from Kafka, into the live namespace or a sandbox namespace.
+
+Only silver and gold are written. Bronze is the record of what arrived and only the stream writes
+it; quarantine is not recomputed either (its rows are a log of rejected records, keyed by when they
+arrived rather than by event time, so an event-time interval does not select them).
+
+Idempotent: every write is a replace of exactly the selected rows, the transforms are
+deterministic (the first copy of an event is the one with the lowest Kafka partition and offset,
+and lineage comes from bronze), and unchanged gold rows keep their status and revision, so a rerun
+over the same bronze writes the same rows. Gold values never change silently: a final row whose
+measures change is recorded in the corrections ledger and its revision grows (see
+:mod:`tidewater.batch.gold_diff`).
+
+Beside a running stream (live target): each table's lock (:mod:`tidewater.lake.locks`) is held from
+the read of its input until its commit, so no stream commit falls in between. The gold queries
+skip silver commits that remove data (``skipChangeCommits``), so they never see our silver replace;
+gold of the interval is rewritten by this job instead. One consequence: an event of a bronze batch
+whose silver MERGE was waiting for our lock is written by our replace and not re-inserted by that
+MERGE, so the gold *stream* never counts it; if its window is still open, a later stream update of
+that window is short by it until the late-data correction (:mod:`tidewater.batch.correction`)
+reconciles the closed window with silver.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+
+from tidewater.batch import sources
+from tidewater.batch.gold_diff import reconcile_recompute
+from tidewater.batch.interval import Interval, iso, parse_duration
+from tidewater.batch.lateness import late_events
+from tidewater.batch.ledger import Ledger, entries_for
+from tidewater.batch.predicates import Selection, coerce_entities
+from tidewater.batch.result import BatchResult, TableOutcome
+from tidewater.batch.targets import check_run_id, check_sandbox, commit_metadata, ensure_tables
+from tidewater.batch.windows import closed_before, feed_interval, interval_gold
+from tidewater.config import Settings
+from tidewater.errors import ConfigError
+from tidewater.lake.layout import PipelineLayout
+from tidewater.pipelines.base import GoldTable, Pipeline
+
+LIVE = "live"
+SANDBOX = "sandbox"
+TARGETS = (LIVE, SANDBOX)
+
+
+@dataclass(frozen=True)
+class Rebuild:
+    """One bounded rebuild: what to read, what to write, and how to label it."""
+
+    pipeline: Pipeline
+    interval: Interval
+    run_id: str
+    mode: str  # "recompute" | "replay"
+    source: str  # sources.BRONZE | sources.KAFKA
+    source_layout: PipelineLayout  # whose bronze (or whose settings' Kafka) is read
+    target: PipelineLayout  # where silver and gold are written
+    sandbox: bool
+    entities: tuple[Any, ...] = ()
+
+    @property
+    def entity_column(self) -> str | None:
+        return self.pipeline.entity_column if self.entities else None
+
+    @property
+    def source_label(self) -> str:
+        if self.source == sources.KAFKA:
+            return f"kafka:{self.source_layout.settings.topic(self.pipeline.topic)}"
+        return f"bronze:{self.source_layout.namespace}"
+
+    @property
+    def purpose(self) -> str:
+        return f"batch {self.mode} {self.interval} run {self.run_id}"
+
+
+def recompute_interval(
+    spark: SparkSession,
+    settings: Settings,
+    pipeline: Pipeline,
+    start: str | dt.datetime,
+    end: str | dt.datetime,
+    *,
+    run_id: str,
+    namespace: str | None = None,
+) -> BatchResult:
+    """Rebuild silver and gold of ``[start, end)`` in ``namespace`` (default: the settings' one) from its bronze."""
+    layout = PipelineLayout.of(settings, pipeline, namespace)
+    plan = Rebuild(
+        pipeline=pipeline,
+        interval=Interval.parse(start, end),
+        run_id=check_run_id(run_id),
+        mode="recompute",
+        source=sources.BRONZE,
+        source_layout=layout,
+        target=layout,
+        sandbox=False,
+    )
+    return rebuild(spark, plan)
+
+
+def check_replay(
+    settings: Settings,
+    pipeline: Pipeline,
+    *,
+    source: str,
+    target: str,
+    sandbox_namespace: str | None,
+    namespace: str | None,
+    entities: Sequence[Any],
+) -> str:
+    """Validate a replay's arguments without Spark; return the namespace it writes to."""
+    if source not in sources.SOURCES:
+        raise ConfigError(f"--source {source!r} must be one of {', '.join(sources.SOURCES)}")
+    if target not in TARGETS:
+        raise ConfigError(f"--target {target!r} must be one of {', '.join(TARGETS)}")
+    if source == sources.KAFKA and not settings.kafka_bootstrap_servers:
+        raise ConfigError("a replay from Kafka needs TIDEWATER_KAFKA_BOOTSTRAP_SERVERS")
+    if entities:
+        if not pipeline.entity_column:
+            raise ConfigError(f"pipeline {pipeline.name} declares no entity column: replay it without --entity")
+        for gold in pipeline.gold:
+            if pipeline.entity_column not in gold.keys:
+                raise ConfigError(
+                    f"gold table {gold.name} is not kept per {pipeline.entity_column}: replay without --entity"
+                )
+    live = namespace or settings.namespace
+    if target == SANDBOX:
+        return check_sandbox(settings, live, sandbox_namespace)
+    if sandbox_namespace:
+        raise ConfigError("--sandbox-namespace needs --target sandbox")
+    return live
+
+
+def replay(
+    spark: SparkSession,
+    settings: Settings,
+    pipeline: Pipeline,
+    start: str | dt.datetime,
+    end: str | dt.datetime,
+    *,
+    run_id: str,
+    source: str = sources.BRONZE,
+    target: str = SANDBOX,
+    sandbox_namespace: str | None = None,
+    namespace: str | None = None,
+    entities: Sequence[Any] = (),
+) -> BatchResult:
+    """Rebuild silver and gold of ``[start, end)`` (only ``entities`` of ``pipeline.entity_column`` if given)
+    from ``namespace``'s bronze or from Kafka, into ``namespace`` (``target="live"``) or into the
+    sandbox namespace ``sandbox_namespace`` (``target="sandbox"``: tables created there; no live
+    table or lock is touched)."""
+    interval = Interval.parse(start, end)
+    written = check_replay(
+        settings,
+        pipeline,
+        source=source,
+        target=target,
+        sandbox_namespace=sandbox_namespace,
+        namespace=namespace,
+        entities=entities,
+    )
+    values: tuple[Any, ...] = ()
+    if entities and pipeline.entity_column:
+        kind = pipeline.schemas(spark)["silver"].field(pipeline.entity_column).type
+        values = coerce_entities([str(e) for e in entities], pipeline.entity_column, kind)
+    plan = Rebuild(
+        pipeline=pipeline,
+        interval=interval,
+        run_id=check_run_id(run_id),
+        mode="replay",
+        source=source,
+        source_layout=PipelineLayout.of(settings, pipeline, namespace),
+        target=PipelineLayout.of(settings, pipeline, written),
+        sandbox=target == SANDBOX,
+        entities=values,
+    )
+    return rebuild(spark, plan)
+
+
+def rebuild(spark: SparkSession, plan: Rebuild) -> BatchResult:
+    """Silver of the interval, then each gold table; see the module docstring."""
+    began = time.monotonic()
+    pipeline, target = plan.pipeline, plan.target
+    ensure_tables(spark, target, ("silver", *(f"gold/{g.name}" for g in pipeline.gold)))
+    meta = commit_metadata(
+        run_id=plan.run_id,
+        mode=plan.mode,
+        interval=plan.interval,
+        source=plan.source_label,
+        entities=plan.entities,
+    )
+    silver_table = target.table("silver")
+    selection = Selection(pipeline.event_time, plan.interval, plan.entity_column, plan.entities)
+    tables: dict[str, TableOutcome] = {}
+    source: DataFrame | None = None
+    try:
+        # The silver lock is held from before the source is read until the replace commits: a stream
+        # micro-batch that committed silver in between would hold rows of a bronze batch we did not
+        # read, and our replace of the interval would silently drop them. Holding it, the stream's
+        # silver MERGE waits and then inserts into our result (its insert-only MERGE adds only events
+        # we did not write), so no event is lost either way.
+        with target.lock("silver").hold(plan.purpose):
+            source = _source_silver(spark, plan).persist(StorageLevel.MEMORY_AND_DISK)
+            fresh = source.where(selection.column()).orderBy(
+                pipeline.partition_column, pipeline.event_time, pipeline.key
+            )
+            result = silver_table.replace_where(fresh.toArrow(), selection.sql(), metadata=meta)
+            tables["silver"] = TableOutcome.of(result)
+        # What Spark's watermark would be: the latest event time the source or the target has seen.
+        highs = [
+            sources.max_of(source, pipeline.event_time),
+            sources.max_event_time(spark, silver_table, pipeline.event_time),
+        ]
+        known = [h for h in highs if h is not None]
+        closed = closed_before(max(known) if known else None, pipeline.watermark)
+        ledger = Ledger(target.ledger_uri(), lock=target.ledger_lock())
+        at = dt.datetime.now(dt.UTC)
+        ledger_entries, ledger_version = 0, None
+        for gold in pipeline.gold:
+            outcome, version = _rebuild_gold(spark, plan, gold, source, closed, ledger, meta, at)
+            tables[f"gold/{gold.name}"] = outcome
+            ledger_entries += outcome.ledger_entries
+            ledger_version = version if version is not None else ledger_version
+    finally:
+        if source is not None:
+            source.unpersist()
+    return BatchResult(
+        mode=plan.mode,
+        pipeline=pipeline.name,
+        run_id=plan.run_id,
+        namespace=target.namespace,
+        interval=plan.interval,
+        source=plan.source_label,
+        entities=plan.entities,
+        closed_before=None if closed is None else iso(closed),
+        tables=tables,
+        ledger_entries=ledger_entries,
+        ledger_version=ledger_version,
+        seconds=round(time.monotonic() - began, 3),
+    )
+
+
+def _source_silver(spark: SparkSession, plan: Rebuild) -> DataFrame:
+    """Every silver row the source yields from ``start - clock skew`` on (not yet cut to the interval)."""
+    pipeline = plan.pipeline
+    since = plan.interval.start - parse_duration(pipeline.clock_skew_tolerance)
+    if plan.source == sources.KAFKA:
+        bronze = sources.kafka_since(spark, plan.source_layout.settings, pipeline, since)
+    else:
+        bronze = sources.bronze_since(spark, plan.source_layout.table("bronze"), since)
+    return pipeline.silver_from_bronze(bronze)
+
+
+def _rebuild_gold(
+    spark: SparkSession,
+    plan: Rebuild,
+    gold: GoldTable,
+    source: DataFrame,
+    closed: dt.datetime | None,
+    ledger: Ledger,
+    meta: dict[str, str],
+    at: dt.datetime,
+) -> tuple[TableOutcome, int | None]:
+    """Replace the windows starting in the interval; record changes of final rows first."""
+    pipeline, target = plan.pipeline, plan.target
+    name = f"gold/{gold.name}"
+    table = target.table(name)
+    windows = Selection("window_start", plan.interval, plan.entity_column, plan.entities)
+    feed = Selection(pipeline.event_time, feed_interval(gold, plan.interval), plan.entity_column, plan.entities)
+    # Held from the silver read until the commit, so no stream commit to this gold table falls between
+    # the rows we compare against and the rows we replace.
+    with target.lock(name).hold(plan.purpose):
+        if plan.sandbox:  # the sandbox's silver holds only the interval: feed gold from the source itself
+            events = source.where(feed.column())
+        else:
+            events = sources.silver_for(spark, target.table("silver"), pipeline, feed)
+        new = interval_gold(gold, events, windows, closed).toArrow()
+        old = sources.gold_for(spark, table, windows)
+        reconciled = reconcile_recompute(old, new, gold.keys)
+        entries = []
+        version = None
+        if reconciled.changes:
+            late = late_events(
+                spark,
+                events,
+                reconciled.changes,
+                time_column=pipeline.event_time,
+                delay=parse_duration(pipeline.watermark),
+            )
+            entries = entries_for(name, reconciled.changes, late, run_id=plan.run_id, mode=plan.mode, at=at)
+            recorded = ledger.record(spark, entries, metadata=meta)
+            version = None if recorded is None else recorded.version
+        result = table.replace_where(reconciled.rows, windows.sql(), metadata=meta)
+    return TableOutcome.of(result, ledger_entries=len(entries)), version

@@ -1,0 +1,150 @@
+"""The batch, replay and late-data correction DAGs run with ``dag.test()`` in a real Airflow (SQLite
+metadata DB), their Spark tasks as real spark-submit jobs, against real Delta tables that the
+streaming job wrote from a real broker. The tests share one lake and run in file order:
+
+1. batch DAG over a finished hour = what the stream produced (stream/batch parity), twice;
+2. replay DAG: bad params refused before Spark; a sandbox replay leaves live tables untouched;
+3. late events arrive, the stream drops them behind the watermark; the correction DAG folds them
+   into gold, marks the windows final and writes the ledger; a second run changes nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from typing import Any
+
+import pytest
+from deltalake import DeltaTable
+
+from pipeline_helpers import gold_from_silver, produce_generated, run_stream, send, table_rows
+from tidewater.generator.events import GeneratorConfig, generate, parse_ts
+from tidewater.generator.producer import ensure_topic
+from tidewater.lake.layout import PipelineLayout
+from tidewater.lake.reads import read_table
+from tidewater.pipelines import get_pipeline
+
+pytestmark = pytest.mark.slow
+
+RSVPS = get_pipeline("rsvps")
+START = parse_ts("2026-11-21T10:00:00.000Z")  # on-time events: 10:00 .. 10:05
+# A manual run (dag.test) at 11:00 gets the data interval that ended then: [10:00, 11:00).
+RUN_AFTER_HOUR = "2026-11-21T11:00:00+00:00"
+
+
+@pytest.fixture(scope="module")
+def world(broker, tmp_path_factory: pytest.TempPathFactory, spark) -> dict[str, Any]:
+    from tidewater.config import Settings
+
+    settings = Settings(
+        state_dir=str(tmp_path_factory.mktemp("dagruns") / "state"),
+        kafka_bootstrap_servers=broker.bootstrap_servers,
+        kafka_topic_prefix=f"dagruns-{id(tmp_path_factory):x}-",
+        kafka_request_timeout_ms=5000,
+    )
+    ensure_topic(settings, settings.topic(RSVPS.topic), 2)
+    produce_generated(
+        settings, settings.topic(RSVPS.topic), GeneratorConfig(seed=31, start_time_ms=START, rate=10), 3000
+    )
+    run_stream(spark, settings)
+    return {"settings": settings, "layout": PipelineLayout.of(settings, RSVPS)}
+
+
+def gold_values(spark, settings, gold: str) -> list[tuple]:
+    """Gold rows without status/revision, sorted: what the numbers are."""
+    layout = PipelineLayout.of(settings, RSVPS)
+    table = read_table(spark, layout.table_uri(f"gold/{gold}"))
+    columns = [c for c in table.columns if c not in ("status", "revision")]
+    return sorted(tuple(r) for r in table.select(*columns).collect())
+
+
+def versions(layout: PipelineLayout) -> dict[str, int]:
+    return {name: layout.table(name).version() for name in layout.table_names}
+
+
+def test_batch_dag_recomputes_an_hour_like_the_stream(airflow_home, world, spark):
+    settings, layout = world["settings"], world["layout"]
+    silver_before = sorted(tuple(sorted(r.items())) for r in table_rows(spark, settings, "silver"))
+    gold_before = {g.name: gold_values(spark, settings, g.name) for g in RSVPS.gold}
+
+    for attempt in range(2):  # a rerun of the interval gives the same tables
+        result = airflow_home.dag_test("tidewater_batch_rsvps", settings=settings, logical_date=RUN_AFTER_HOUR)
+        assert result["task_states"] == {
+            "wait_for_late_data": "success",
+            "plan_interval": "success",
+            "recompute": "success",
+        }, result
+        commit = layout.table("silver").history(limit=1)[0]
+        assert commit.get("tidewater.run_id") == result["run_id"], commit
+        assert commit.get("tidewater.interval_start", "").startswith("2026-11-21T10:00:00"), commit
+        assert sorted(tuple(sorted(r.items())) for r in table_rows(spark, settings, "silver")) == silver_before
+        for gold in RSVPS.gold:
+            assert gold_values(spark, settings, gold.name) == gold_before[gold.name], (attempt, gold.name)
+
+
+def test_replay_dag_refuses_bad_params_before_spark(airflow_home, world):
+    result = airflow_home.dag_test(
+        "tidewater_replay",
+        {"pipeline": "rsvps", "start": "2026-11-21T11:00:00Z", "end": "2026-11-21T10:00:00Z"},
+        settings=world["settings"],
+    )
+    assert result["task_states"]["validate"] == "failed"
+    assert result["task_states"]["replay"] == "upstream_failed"  # no Spark job started
+
+
+def test_sandbox_replay_leaves_live_untouched(airflow_home, world, spark):
+    settings, layout = world["settings"], world["layout"]
+    live_versions = versions(layout)
+    conf = {
+        "pipeline": "rsvps",
+        "start": "2026-11-21T10:00:00Z",
+        "end": "2026-11-21T10:03:00Z",
+        "source": "bronze",
+        "target": "sandbox",
+        "sandbox_namespace": "sbx",
+    }
+    result = airflow_home.dag_test("tidewater_replay", conf, settings=settings)
+    assert result["task_states"] == {"validate": "success", "replay": "success"}, result
+    assert versions(layout) == live_versions
+
+    sandbox = PipelineLayout.of(settings, RSVPS, "sbx")
+    low, high = dt.datetime(2026, 11, 21, 10, 0), dt.datetime(2026, 11, 21, 10, 3)
+    live_ids = {r["event_id"] for r in table_rows(spark, settings, "silver") if low <= r["event_time"] < high}
+    sandbox_rows = [r.asDict() for r in read_table(spark, sandbox.table_uri("silver")).collect()]
+    assert {r["event_id"] for r in sandbox_rows} == live_ids
+    assert len(sandbox_rows) == len(live_ids)
+
+
+def test_correction_dag_folds_late_events_into_gold_with_a_ledger(airflow_home, world, spark):
+    settings, layout = world["settings"], world["layout"]
+    # Events of 10:00:00 .. 10:00:05 that reach Kafka six minutes later, when the watermark is past 10:03.
+    happened = generate(GeneratorConfig(seed=32, start_time_ms=START, rate=10), 50)
+    late = [dataclasses.replace(r, timestamp_ms=r.timestamp_ms + 360_000) for r in happened]
+    send(settings, settings.topic(RSVPS.topic), late)
+    run_stream(spark, settings)  # the stream keeps them in silver but its gold drops them (behind the watermark)
+    name = "venue_response_counts"
+    closed = dt.datetime(2026, 11, 21, 10, 2)  # windows ending by then are behind the watermark (~10:03)
+    assert _closed(gold_values(spark, settings, name), closed) != _closed(
+        gold_from_silver(spark, settings, name), closed
+    )
+
+    conf = {"start": "2026-11-21T09:55:00Z", "end": "2026-11-21T10:10:00Z"}
+    result = airflow_home.dag_test("tidewater_correct_late_data", conf, settings=settings)
+    assert result["task_states"] == {"plan_rsvps": "success", "correct_rsvps": "success"}, result
+    assert _closed(gold_values(spark, settings, name), closed) == _closed(
+        gold_from_silver(spark, settings, name), closed
+    )
+    gold = read_table(spark, layout.table_uri(f"gold/{name}")).collect()
+    assert {r["status"] for r in gold if r["window_end"] <= closed} == {"final"}
+    ledger = DeltaTable(layout.ledger_uri()).to_pyarrow_table().to_pylist()
+    assert ledger and {e["dag_run_id"] for e in ledger} == {result["run_id"]}
+    assert all(e["old_value"] != e["new_value"] for e in ledger)
+    assert sum(e["late_events"] for e in ledger if e["table"].endswith(name)) > 0
+
+    again = airflow_home.dag_test("tidewater_correct_late_data", conf, settings=settings)
+    assert again["task_states"]["correct_rsvps"] == "success"
+    assert len(DeltaTable(layout.ledger_uri()).to_pyarrow_table()) == len(ledger)  # nothing left to correct
+
+
+def _closed(rows: list[tuple], before: dt.datetime) -> list[tuple]:
+    return [r for r in rows if r[1] <= before]  # (window_start, window_end, ...)

@@ -1,0 +1,214 @@
+"""End to end: the platform command with the real Airflow 3 scheduler, API server, DAG processor
+and triggerer, the embedded broker and detached Spark streaming jobs.
+
+1. ``tidewater platform`` brings everything up; the supervising DAG starts the stream unaided.
+2. The streaming driver is killed with SIGKILL; the supervising DAG restarts it (its run fails,
+   so the incident is visible) and nothing is lost or duplicated.
+3. The batch DAG catches up on the last finished hour, and a backfill of it created through the
+   REST API succeeds.
+4. ``tidewater stop`` ends every process the platform started.
+
+A second test shows a stream outliving Airflow: Airflow stops, the stream keeps committing,
+Airflow comes back and starts no second copy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipeline_helpers import table_rows, wait_for
+from tidewater.broker import free_port
+from tidewater.config import Settings
+from tidewater.generator.producer import ensure_topic
+from tidewater.lake.layout import PipelineLayout
+from tidewater.orchestration.airflow_local import LocalAirflow
+from tidewater.orchestration.platform import start_generator
+from tidewater.orchestration.supervisor import RUNNING, StreamControl, alive, group_members
+from tidewater.pipelines import get_pipeline
+
+pytestmark = [pytest.mark.slow, pytest.mark.airflow]
+
+RSVPS = get_pipeline("rsvps")
+BATCH_START = dt.datetime.now(dt.UTC).replace(minute=0, second=0, microsecond=0) - dt.timedelta(hours=1)
+BIN = Path(sys.executable).parent
+
+
+def silver_rows(settings: Settings) -> int:
+    table = PipelineLayout.of(settings, RSVPS).table("silver")
+    return table.row_count() if table.exists() else 0
+
+
+def dag_runs(airflow: LocalAirflow, dag_id: str) -> list[dict[str, Any]]:
+    return airflow.request("GET", f"/api/v2/dags/{dag_id}/dagRuns?limit=100&order_by=-start_date")["dag_runs"]
+
+
+def kill_groups(pgids: set[int]) -> None:
+    for pgid in pgids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+
+
+def test_platform_end_to_end(spark, tmp_path: Path):
+    settings = Settings(state_dir=str(tmp_path / "state"), airflow_port=free_port())
+    log = tmp_path / "platform.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TIDEWATER_")}  # no fixture's settings leak in
+    env.update({k: v for k, v in settings.to_env().items() if k in _PLATFORM_VARS})
+    env["TIDEWATER_BATCH_START_DATE"] = BATCH_START.isoformat()  # one finished hour to catch up and backfill
+    with open(log, "wb") as out:
+        platform = subprocess.Popen(
+            [str(BIN / "tidewater"), "platform", "--rate", "60", "--report-seconds", "15"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    state_file = Path(settings.state_dir) / "platform.json"
+    control = StreamControl(settings, "rsvps")
+    started_groups: set[int] = set()
+    try:
+        wait_for(lambda: "Airflow UI at" in log.read_text(), timeout_s=300, what="Airflow to start", log=log)
+        printed = re.search(r"admin password \(shown once\): (\S+)", log.read_text())
+        password_file = settings.airflow_home / "simple_auth_manager_passwords.json.generated"
+        assert printed and json.loads(password_file.read_text())["admin"] == printed.group(1)
+        assert password_file.stat().st_mode & 0o077 == 0  # owner only
+        platform_state = json.loads(state_file.read_text())
+        started_groups |= set(platform_state["airflow_pids"].values()) | {platform_state["broker_pid"]}
+        airflow = LocalAirflow(settings.replace(kafka_bootstrap_servers="unused"))
+
+        # 1. The supervising DAG starts the stream, no clicks.
+        wait_for(lambda: control.health().state == RUNNING, timeout_s=300, what="the supervised stream", log=log)
+        wait_for(lambda: silver_rows(settings) > 0, timeout_s=300, what="silver rows", log=log)
+        first = control.health().pid
+        started_groups.add(os.getpgid(first))
+
+        # 2. kill -9 the driver: the supervising DAG restarts it and its run shows the incident.
+        os.kill(first, signal.SIGKILL)
+        restarted = wait_for(
+            lambda: control.health().state == RUNNING and control.health().pid != first and control.health().pid,
+            timeout_s=300,
+            what="the supervising DAG to restart the stream",
+            log=log,
+        )
+        started_groups.add(os.getpgid(restarted))
+        runs = dag_runs(airflow, "tidewater_supervise_streams")
+        assert any(r["state"] == "failed" for r in runs), runs  # the restart is visible in the grid
+        before = silver_rows(settings)
+        wait_for(lambda: silver_rows(settings) > before, timeout_s=240, what="silver to grow after restart", log=log)
+
+        # 3. The batch DAG caught up on the last finished hour by itself; a backfill of that hour through
+        #    the REST API reruns it (reprocessing the completed run) and succeeds too.
+        def runs_of(run_type: str) -> list[dict[str, Any]] | None:
+            runs = [r for r in dag_runs(airflow, "tidewater_batch_rsvps") if r["run_type"] == run_type]
+            return runs if runs and all(r["state"] in ("success", "failed") for r in runs) else None
+
+        caught_up = wait_for(lambda: runs_of("scheduled"), timeout_s=600, what="the catch-up run", log=log)
+        assert [r["state"] for r in caught_up] == ["success"], caught_up
+        backfill = airflow.request(
+            "POST",
+            "/api/v2/backfills",
+            {
+                "dag_id": "tidewater_batch_rsvps",
+                "from_date": BATCH_START.isoformat(),
+                "to_date": BATCH_START.isoformat(),
+                "max_active_runs": 1,
+                "reprocess_behavior": "completed",
+            },
+        )
+
+        def backfill_done() -> list[dict[str, Any]] | None:
+            return runs_of("backfill")
+
+        finished = wait_for(backfill_done, timeout_s=600, what=f"backfill {backfill['id']}", log=log)
+        assert [r["state"] for r in finished] == ["success"], finished
+    finally:
+        subprocess.run([str(BIN / "tidewater"), "stop", "--timeout", "240"], env=env, timeout=300)
+        if platform.poll() is None:
+            os.killpg(platform.pid, signal.SIGKILL)
+        platform.wait(timeout=30)
+        leftover = {g: group_members(g) for g in started_groups if group_members(g)}
+        kill_groups(set(leftover))
+        control.stop(reason="test cleanup", timeout_s=10)
+
+    # 4. Everything the platform started has ended, and it exited cleanly.
+    assert platform.returncode == 0, log.read_text()[-3000:]
+    assert leftover == {}, leftover
+    assert control.health().state != RUNNING
+
+    bronze = table_rows(spark, settings, "bronze")
+    for partition, offsets in _by_partition(bronze).items():  # every offset once, none missing before the last
+        assert sorted(offsets) == list(range(max(offsets) + 1)), f"partition {partition}"
+    silver = table_rows(spark, settings, "silver")
+    assert Counter(r["event_id"] for r in silver).most_common(1)[0][1] == 1
+
+
+def test_stream_outlives_airflow(broker, tmp_path: Path):
+    settings = Settings(
+        state_dir=str(tmp_path / "state"),
+        airflow_port=free_port(),
+        kafka_bootstrap_servers=broker.bootstrap_servers,
+        kafka_topic_prefix=f"outlive-{os.getpid()}-",
+    )
+    ensure_topic(settings, settings.topic(RSVPS.topic), 2)
+    stop_generator = threading.Event()
+    generator = start_generator(settings, rate=30, seed=3, stop=stop_generator)
+    control = StreamControl(settings, "rsvps")
+    airflow = LocalAirflow(settings)
+    try:
+        airflow.start()
+        wait_for(lambda: control.health().state == RUNNING, timeout_s=300, what="the supervised stream")
+        pid = control.health().pid
+        airflow.stop()
+
+        # Airflow is down: the stream keeps committing.
+        rows = silver_rows(settings)
+        wait_for(lambda: silver_rows(settings) > rows, timeout_s=120, what="commits while Airflow is down")
+        assert control.health().state == RUNNING and control.health().pid == pid
+
+        # Airflow is back: its supervisor sees the lease and starts no second copy.
+        restarted_at = dt.datetime.now(dt.UTC)
+        airflow = LocalAirflow(settings)
+        airflow.start()
+
+        def supervised_since_restart() -> bool:
+            runs = dag_runs(airflow, "tidewater_supervise_streams")
+            return any(
+                r["state"] == "success" and dt.datetime.fromisoformat(r["end_date"]) > restarted_at
+                for r in runs
+                if r.get("end_date")
+            )
+
+        wait_for(supervised_since_restart, timeout_s=240, what="a supervision run after Airflow came back")
+        assert control.health().pid == pid
+        starts = [e for e in (control.dir / "events.jsonl").read_text().splitlines() if '"event": "start"' in e]
+        assert len(starts) == 1, starts
+    finally:
+        stop_generator.set()
+        airflow.stop()
+        control.stop(reason="test cleanup", timeout_s=30)
+        generator.join(timeout=10)
+    assert not control.lease_pids()
+    assert not alive(pid)
+
+
+def _by_partition(rows: list[dict[str, Any]]) -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for row in rows:
+        out.setdefault(row["partition"], []).append(row["offset"])
+    return out
+
+
+# The platform's own variables; the rest (TIDEWATER_KAFKA_BOOTSTRAP_SERVERS empty: embedded) stays default.
+_PLATFORM_VARS = {"TIDEWATER_STATE_DIR", "TIDEWATER_AIRFLOW_PORT"}

@@ -1,0 +1,225 @@
+"""The pure rules of the bounded jobs: how a recompute or a correction changes published gold rows,
+what the ledger records, and how intervals, durations and predicates are spelled. No Spark."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pyarrow as pa
+import pytest
+
+from tidewater.batch.gold_diff import measure_columns, plan_correction, reconcile_recompute, to_json
+from tidewater.batch.interval import Interval, parse_duration, parse_time
+from tidewater.batch.ledger import LEDGER_SCHEMA, change_key, entries_for
+from tidewater.batch.predicates import Selection, coerce_entities
+from tidewater.errors import ConfigError
+
+KEYS = ("window_start", "venue_id", "response")
+T0 = dt.datetime(2026, 11, 21, 10, 0, tzinfo=dt.UTC)
+SCHEMA = pa.schema(
+    [
+        ("window_start", pa.timestamp("us", tz="UTC")),
+        ("window_end", pa.timestamp("us", tz="UTC")),
+        ("venue_id", pa.int64()),
+        ("response", pa.string()),
+        ("venue_name", pa.string()),
+        ("rsvp_count", pa.int64()),
+        ("status", pa.string()),
+        ("revision", pa.int32()),
+    ]
+)
+
+
+def row(minute: int, venue: int, count: int, status: str = "provisional", revision: int = 0, response: str = "yes"):
+    start = T0 + dt.timedelta(minutes=minute)
+    return {
+        "window_start": start,
+        "window_end": start + dt.timedelta(minutes=1),
+        "venue_id": venue,
+        "response": response,
+        "venue_name": f"venue {venue}",
+        "rsvp_count": count,
+        "status": status,
+        "revision": revision,
+    }
+
+
+def table(*rows: dict) -> pa.Table:
+    return pa.Table.from_pylist(list(rows), schema=SCHEMA)
+
+
+def by_key(t: pa.Table) -> dict[tuple, dict]:
+    return {(r["window_start"], r["venue_id"], r["response"]): r for r in t.to_pylist()}
+
+
+# ---- measures ---------------------------------------------------------------------------------------
+
+
+def test_measures_are_the_columns_that_are_not_keys_windows_or_status():
+    assert measure_columns(SCHEMA.names, KEYS) == ("venue_name", "rsvp_count")
+    trending = ("window_start", "window_end", "venue_id", "venue_name", "rsvp_count", "yes_count", "status", "revision")
+    assert measure_columns(trending, ("window_start", "window_end", "venue_id")) == (
+        "venue_name",
+        "rsvp_count",
+        "yes_count",
+    )
+
+
+def test_json_is_deterministic():
+    assert to_json({"b": 2, "a": "é"}) == '{"a":"é","b":2}'
+    assert to_json(None) is None
+    assert json.loads(to_json({"t": T0})) == {"t": T0.isoformat()}
+
+
+# ---- recompute --------------------------------------------------------------------------------------
+
+
+def test_recompute_replaces_provisional_rows_silently():
+    old = table(row(0, 1, 5), row(1, 1, 7))
+    new = table(row(0, 1, 6, "final"), row(1, 1, 7))
+    out = reconcile_recompute(old, new, KEYS)
+    assert out.changes == ()
+    rows = by_key(out.rows)
+    assert rows[(T0, 1, "yes")]["rsvp_count"] == 6
+    assert rows[(T0, 1, "yes")]["status"] == "final"
+    assert {r["revision"] for r in rows.values()} == {0}
+
+
+def test_recompute_records_a_changed_final_row_and_bumps_its_revision():
+    old = table(row(0, 1, 5, "final", revision=2), row(1, 1, 7, "final"))
+    new = table(row(0, 1, 6, "final"), row(1, 1, 7, "final"))
+    out = reconcile_recompute(old, new, KEYS)
+    (change,) = out.changes
+    assert change.kind == "changed"
+    assert change.old == {"venue_name": "venue 1", "rsvp_count": 5}
+    assert change.new == {"venue_name": "venue 1", "rsvp_count": 6}
+    assert change.group == {"venue_id": 1, "response": "yes"}
+    assert change.revision == 3
+    rows = by_key(out.rows)
+    assert rows[(T0, 1, "yes")]["revision"] == 3
+    assert rows[(T0 + dt.timedelta(minutes=1), 1, "yes")]["revision"] == 0  # unchanged: kept
+
+
+def test_recompute_keeps_a_final_row_final_and_records_a_removed_one():
+    old = table(row(0, 1, 5, "final", revision=1), row(0, 2, 3, "final"), row(0, 3, 1))
+    new = table(row(0, 1, 5, "provisional"))  # venue 2 and 3 no longer in silver
+    out = reconcile_recompute(old, new, KEYS)
+    assert by_key(out.rows)[(T0, 1, "yes")]["status"] == "final"
+    assert by_key(out.rows)[(T0, 1, "yes")]["revision"] == 1
+    (removed,) = out.changes  # the provisional venue 3 goes silently
+    assert removed.kind == "removed" and removed.new is None and removed.group["venue_id"] == 2
+
+
+def test_recompute_is_idempotent():
+    old = table(row(0, 1, 5, "final"), row(0, 2, 1), row(2, 1, 4, "final", revision=1))
+    new = table(row(0, 1, 6, "final"), row(0, 2, 2, "final"), row(1, 9, 1), row(2, 1, 4, "final"))
+    first = reconcile_recompute(old, new, KEYS)
+    second = reconcile_recompute(first.rows, new, KEYS)
+    assert second.changes == ()
+    assert second.rows.equals(first.rows)
+    keys = [(r["window_start"], r["venue_id"]) for r in first.rows.to_pylist()]
+    assert keys == sorted(keys)  # deterministic order
+
+
+# ---- correction -------------------------------------------------------------------------------------
+
+
+def test_correction_upserts_missing_and_differing_rows_and_flips_agreeing_ones():
+    old = table(
+        row(0, 1, 5),  # differs: late events
+        row(0, 2, 3),  # agrees, provisional: flip to final
+        row(1, 1, 4, "final", revision=1),  # agrees, final: nothing
+        row(2, 5, 9),  # silver has nothing for it: left alone
+    )
+    new = table(
+        row(0, 1, 8, "final"),
+        row(0, 2, 3, "final"),
+        row(1, 1, 4, "final"),
+        row(-1, 1, 2, "final"),  # a window only late events fed: missing from gold
+    )
+    plan = plan_correction(old, new, KEYS)
+    assert plan.finalized == 1
+    upserts = by_key(plan.rows)
+    assert set(upserts) == {(T0, 1, "yes"), (T0, 2, "yes"), (T0 - dt.timedelta(minutes=1), 1, "yes")}
+    assert upserts[(T0, 1, "yes")] == row(0, 1, 8, "final", revision=1)
+    assert upserts[(T0, 2, "yes")] == row(0, 2, 3, "final", revision=0)
+    assert upserts[(T0 - dt.timedelta(minutes=1), 1, "yes")]["revision"] == 1
+    kinds = {(c.window_start, c.kind): c for c in plan.changes}
+    assert kinds[(T0, "changed")].old["rsvp_count"] == 5 and kinds[(T0, "changed")].new["rsvp_count"] == 8
+    missing = kinds[(T0 - dt.timedelta(minutes=1), "missing")]
+    assert missing.old is None and missing.new == {"venue_name": "venue 1", "rsvp_count": 2}
+
+
+def test_correction_rerun_finds_nothing():
+    old = table(row(0, 1, 5), row(0, 2, 3))
+    new = table(row(0, 1, 8, "final"), row(0, 2, 3, "final"))
+    first = plan_correction(old, new, KEYS)
+    merged = {**by_key(old), **by_key(first.rows)}
+    second = plan_correction(table(*merged.values()), new, KEYS)
+    assert second.rows.num_rows == 0 and second.changes == () and second.finalized == 0
+
+
+# ---- ledger entries ---------------------------------------------------------------------------------
+
+
+def test_ledger_entries_name_the_row_its_values_and_the_late_events():
+    plan = plan_correction(table(row(0, 1, 5)), table(row(0, 1, 8, "final"), row(3, 2, 1, "final")), KEYS)
+    late = {change_key(c): 3 for c in plan.changes if c.kind == "changed"}
+    at = dt.datetime(2026, 11, 21, 12, 0, tzinfo=dt.UTC)
+    entries = entries_for("gold/x", plan.changes, late, run_id="run-1", mode="correction", at=at)
+    assert len(entries) == 2
+    changed = next(e for e in entries if e.old_value is not None)
+    assert changed.table == "gold/x" and changed.window_start == T0 and changed.dag_run_id == "run-1"
+    assert json.loads(changed.keys) == {"venue_id": 1, "response": "yes"}
+    assert json.loads(changed.old_value)["rsvp_count"] == 5 and json.loads(changed.new_value)["rsvp_count"] == 8
+    assert changed.late_events == 3
+    assert changed.reason == "3 events arrived after the window closed (behind the watermark)"
+    missing = next(e for e in entries if e.old_value is None)
+    assert missing.late_events == 0 and missing.reason.startswith("window missing from gold")
+    recompute = entries_for("gold/x", plan.changes, late, run_id="r", mode="recompute", at=at)
+    assert all(e.reason.startswith("recompute: ") for e in recompute)
+    assert pa.Table.from_pylist([vars(e) for e in entries], schema=LEDGER_SCHEMA).num_rows == 2
+
+
+# ---- intervals, durations, predicates ---------------------------------------------------------------
+
+
+def test_times_accept_offsets_and_z_and_take_naive_as_utc():
+    assert parse_time("2026-11-21T10:00:00Z") == T0
+    assert parse_time("2026-11-21T11:00:00+01:00") == T0
+    assert parse_time("2026-11-21T10:00") == T0
+    assert parse_time("2026-11-21T10:00:00.000Z").tzinfo == dt.UTC
+    with pytest.raises(ConfigError, match="not an ISO-8601 time"):
+        parse_time("yesterday", "start")
+
+
+def test_interval_must_be_forward_and_knows_its_dates():
+    with pytest.raises(ConfigError, match="must be after start"):
+        Interval.parse("2026-11-21T10:00Z", "2026-11-21T10:00Z")
+    interval = Interval.parse("2026-11-21T23:00Z", "2026-11-23T00:00Z")
+    assert interval.dates() == [dt.date(2026, 11, 21), dt.date(2026, 11, 22)]  # end exclusive
+    assert str(interval) == "[2026-11-21T23:00:00.000000Z, 2026-11-23T00:00:00.000000Z)"
+
+
+def test_durations():
+    assert parse_duration("2 minutes") == dt.timedelta(minutes=2)
+    assert parse_duration("1 minute") == dt.timedelta(minutes=1)
+    assert parse_duration("1 hour") == dt.timedelta(hours=1)
+    with pytest.raises(ConfigError):
+        parse_duration("soon")
+
+
+def test_selection_predicate_and_entities():
+    interval = Interval.parse("2026-11-21T10:00Z", "2026-11-21T11:00Z")
+    assert Selection("event_time", interval).sql() == (
+        "`event_time` >= '2026-11-21T10:00:00.000000Z' AND `event_time` < '2026-11-21T11:00:00.000000Z'"
+    )
+    venues = coerce_entities(["10001", "10002", "10001"], "venue_id", pa.int64())
+    assert venues == (10001, 10002)
+    assert (
+        Selection("window_start", interval, "venue_id", venues).sql("t").endswith("AND t.`venue_id` IN (10001, 10002)")
+    )
+    assert Selection("t", interval, "name", ("O'Brien",)).sql().endswith("`name` IN ('O''Brien')")
+    with pytest.raises(ConfigError, match="not a valid"):
+        coerce_entities(["abc"], "venue_id", pa.int64())
