@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,7 @@ from tidewater.generator.producer import ensure_topic
 from tidewater.lake.layout import PipelineLayout
 from tidewater.orchestration.airflow_local import LocalAirflow
 from tidewater.orchestration.platform import start_generator
-from tidewater.orchestration.supervisor import RUNNING, StreamControl, alive, group_members
+from tidewater.orchestration.supervisor import RUNNING, STOPPED, StreamControl, alive, group_members
 from tidewater.pipelines import get_pipeline
 
 pytestmark = [pytest.mark.slow, pytest.mark.airflow]
@@ -103,8 +104,12 @@ def test_platform_end_to_end(spark, tmp_path: Path):
             log=log,
         )
         started_groups.add(os.getpgid(restarted))
-        runs = dag_runs(airflow, "tidewater_supervise_streams")
-        assert any(r["state"] == "failed" for r in runs), runs  # the restart is visible in the grid
+        wait_for(  # the restart is visible in the grid: that supervision run failed
+            lambda: any(r["state"] == "failed" for r in dag_runs(airflow, "tidewater_supervise_streams")),
+            timeout_s=120,
+            what="the supervising run that restarted the stream to show as failed",
+            log=log,
+        )
         before = silver_rows(settings)
         wait_for(lambda: silver_rows(settings) > before, timeout_s=240, what="silver to grow after restart", log=log)
 
@@ -194,6 +199,30 @@ def test_stream_outlives_airflow(broker, tmp_path: Path):
         assert control.health().pid == pid
         starts = [e for e in (control.dir / "events.jsonl").read_text().splitlines() if '"event": "start"' in e]
         assert len(starts) == 1, starts
+
+        # Stopping from the UI (the control DAG) ends the Spark job within the bounded time, and the
+        # supervisor then leaves it stopped.
+        began = time.monotonic()
+        run = airflow.request(
+            "POST",
+            "/api/v2/dags/tidewater_stream_control/dagRuns",
+            {"logical_date": None, "conf": {"pipeline": "rsvps", "action": "stop"}},
+        )
+        path = f"/api/v2/dags/tidewater_stream_control/dagRuns/{run['dag_run_id']}"
+        state = wait_for(
+            lambda: (
+                airflow.request("GET", path)["state"] in ("success", "failed") and airflow.request("GET", path)["state"]
+            ),
+            timeout_s=180,
+            what="the stop run",
+        )
+        took = time.monotonic() - began
+        assert state == "success"
+        assert not control.lease_pids() and not alive(pid)
+        assert took < settings.stream_stop_timeout_seconds + 60, took  # stop timeout + scheduling the run
+        restarted_at = dt.datetime.now(dt.UTC)  # supervised_since_restart now looks for runs after the stop
+        wait_for(supervised_since_restart, timeout_s=180, what="a supervision run after the stop")
+        assert control.health().state == STOPPED and not control.lease_pids()
     finally:
         stop_generator.set()
         airflow.stop()

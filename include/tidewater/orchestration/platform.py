@@ -85,9 +85,9 @@ class PlatformState:
         parts = [self.dir / name for name in ("checkpoints", "progress", "streams")]
         if not self.settings.lake_root:
             parts.append(self.dir / "lake")
-        present = [p for p in parts if p.exists()]
-        if not present:
+        if not any(self.settings.checkpoint_dir.glob("*/*/*/offsets")):  # no stream read the last broker
             return None
+        present = [p for p in parts if p.exists()]
         target = self.dir / "previous-runs" / dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
         target.mkdir(parents=True)
         for path in present:

@@ -86,7 +86,6 @@ class StreamControl:
         self.pipeline = get_pipeline(pipeline)
         self.layout = PipelineLayout.of(settings, self.pipeline, namespace)
         self.dir = Path(settings.state_dir).absolute() / "streams" / self.layout.namespace / self.pipeline.name
-        self.dir.mkdir(parents=True, exist_ok=True)
 
     # ---- recorded state ---------------------------------------------------------------------------
 
@@ -114,6 +113,7 @@ class StreamControl:
         return self.dir / "driver.log"
 
     def _event(self, kind: str, **fields: Any) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
         with open(self.dir / "events.jsonl", "a") as out:
             out.write(json.dumps({"at": _now(), "event": kind, **fields}) + "\n")
 
@@ -193,6 +193,7 @@ class StreamControl:
         current = self.health()
         if current.state in (RUNNING, STARTING, STALLED):
             return current
+        self.dir.mkdir(parents=True, exist_ok=True)
         process = launch_stream_job(
             self.settings, self.pipeline.name, self.log_path, extra_args=["--namespace", self.layout.namespace]
         )
@@ -342,6 +343,7 @@ def _read(path: Path) -> dict[str, Any]:
 
 
 def _write(path: Path, value: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(value, indent=2, default=str))
     tmp.replace(path)

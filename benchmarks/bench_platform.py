@@ -1,0 +1,107 @@
+"""Platform benchmark: how long ``tidewater platform`` takes to be useful, and what it costs in memory.
+
+Starts the real platform command (embedded broker, generator, Airflow's four components, the
+supervised streaming job) in a temporary state folder and prints:
+
+1. seconds from the command's start to Airflow healthy, to the stream holding its checkpoints, and to
+   the first silver rows (what "running within a few minutes, without clicks" means here);
+2. resident memory, sampled every 2 s for ``--seconds`` once the stream runs, per part: the platform
+   process (with generator thread), each Airflow component's session (with the task processes it
+   starts), the streaming job's session (JVM + Python driver + workers); peak and mean of the total.
+
+    .venv/bin/python benchmarks/bench_platform.py [--seconds 120] [--rate 500]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench_stream import session_rss_bytes
+
+from tidewater.broker import free_port
+from tidewater.config import Settings
+from tidewater.lake.layout import PipelineLayout
+from tidewater.orchestration.supervisor import RUNNING, StreamControl
+from tidewater.pipelines import get_pipeline
+
+BIN = Path(sys.executable).parent
+
+
+def wait(predicate, timeout_s: float, what: str) -> float:
+    start = time.monotonic()
+    while time.monotonic() - start < timeout_s:
+        if predicate():
+            return time.monotonic()
+        time.sleep(0.5)
+    raise SystemExit(f"bench_platform: timed out waiting for {what}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=120.0, help="how long to sample memory once running")
+    parser.add_argument("--rate", type=float, default=500.0, help="generated events per second")
+    args = parser.parse_args()
+
+    state = tempfile.mkdtemp(prefix="tidewater-bench-platform-")
+    settings = Settings(state_dir=str(Path(state) / "state"), airflow_port=free_port())
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TIDEWATER_")}
+    env |= {"TIDEWATER_STATE_DIR": settings.state_dir, "TIDEWATER_AIRFLOW_PORT": str(settings.airflow_port)}
+    log = Path(state) / "platform.log"
+    began = time.monotonic()
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [str(BIN / "tidewater"), "platform", "--rate", str(args.rate)],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    control = StreamControl(settings, "rsvps")
+    silver = PipelineLayout.of(settings, get_pipeline("rsvps")).table("silver")
+    samples: list[dict[str, int]] = []
+    try:
+        healthy = wait(lambda: "Airflow UI at" in log.read_text(), 300, "Airflow")
+        running = wait(lambda: control.health().state == RUNNING, 400, "the supervised stream")
+        first_rows = wait(lambda: silver.exists() and silver.row_count() > 0, 300, "silver rows")
+        recorded = json.loads((Path(settings.state_dir) / "platform.json").read_text())
+        airflow_pids, broker_pid = recorded["airflow_pids"], recorded["broker_pid"]
+        end = time.monotonic() + args.seconds
+        while time.monotonic() < end:
+            sample = {"platform": session_rss_bytes(proc.pid), "broker": session_rss_bytes(os.getsid(broker_pid))}
+            for name, pid in airflow_pids.items():
+                sample[f"airflow {name}"] = session_rss_bytes(pid)
+            stream = control.health().pid
+            sample["stream job"] = session_rss_bytes(os.getsid(stream)) if stream else 0
+            samples.append(sample)
+            time.sleep(2.0)
+    finally:
+        subprocess.run([str(BIN / "tidewater"), "stop", "--timeout", "240"], env=env, timeout=300)
+        proc.wait(timeout=60)
+
+    totals = [sum(s.values()) for s in samples]
+    mib = 2**20
+    print(f"machine: {os.cpu_count()} cores, {platform.platform()}")
+    print(
+        f"Airflow healthy after {healthy - began:.0f} s; stream running after {running - began:.0f} s; "
+        f"first silver rows after {first_rows - began:.0f} s"
+    )
+    for part in samples[0]:
+        values = [s[part] for s in samples]
+        print(f"  {part:<24} peak {max(values) / mib:7.0f} MiB  mean {statistics.mean(values) / mib:7.0f} MiB")
+    print(
+        f"total RSS over {args.seconds:.0f} s at {args.rate:g} ev/s: peak {max(totals) / mib:.0f} MiB, "
+        f"mean {statistics.mean(totals) / mib:.0f} MiB"
+    )
+
+
+if __name__ == "__main__":
+    main()
