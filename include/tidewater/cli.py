@@ -192,10 +192,15 @@ def launch_stream_job(
     extra_env: dict[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
     """spark-submit the streaming job in its own process group (so it can be stopped as a whole)."""
-    from tidewater.spark import prepare_environment
     from tidewater.streaming import faults
 
-    prepare_environment(settings)
+    # The child's environment only: the caller's (a test process, an Airflow task) stays as it was.
+    defaults = {
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    }
+    python = {key: os.environ.get(key, value) for key, value in defaults.items()}
     spark_submit = Path(sys.executable).parent / "spark-submit"
     command = [
         str(spark_submit),
@@ -216,7 +221,7 @@ def launch_stream_job(
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             # A new session holds exactly this job, so fault injection may target it as a whole.
-            env={**os.environ, **settings.to_env(), faults.DRIVER_PGID: "session", **(extra_env or {})},
+            env={**os.environ, **python, **settings.to_env(), faults.DRIVER_PGID: "session", **(extra_env or {})},
             start_new_session=True,
         )
 
