@@ -8,14 +8,28 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 from kafka import KafkaProducer
 from pyspark.sql import SparkSession
 
 from tidewater.config import Settings
+from tidewater.connectors.kafka_client import RECORD_SCHEMA
 from tidewater.generator.events import GeneratedRecord, GeneratorConfig, generate
 from tidewater.lake.layout import PipelineLayout
 from tidewater.lake.reads import read_table
 from tidewater.pipelines import get_pipeline
+
+# Bronze's Arrow schema, for tests that commit bronze files directly (no Spark).
+BRONZE_SCHEMA = pa.schema(
+    [
+        *(RECORD_SCHEMA.field(n) for n in ("key", "value", "topic", "partition", "offset")),
+        pa.field("kafka_timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("timestamp_type", pa.int32()),
+        RECORD_SCHEMA.field("headers"),
+        pa.field("ingest_time", pa.timestamp("us", tz="UTC")),
+        pa.field("ingest_date", pa.date32()),
+    ]
+)
 
 
 def send(settings: Settings, topic: str, records: Iterable[GeneratedRecord]) -> list[GeneratedRecord]:

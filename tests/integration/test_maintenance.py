@@ -20,8 +20,8 @@ import pytest
 from deltalake import DeltaTable
 
 from lock_helpers import held_elsewhere
+from pipeline_helpers import BRONZE_SCHEMA
 from tidewater.config import Settings
-from tidewater.connectors.kafka_client import RECORD_SCHEMA
 from tidewater.errors import ConfigError
 from tidewater.lake.files import write_data_files
 from tidewater.lake.layout import PipelineLayout
@@ -40,16 +40,6 @@ from tidewater.pipelines import get_pipeline
 RSVPS = get_pipeline("rsvps")
 APP_ID = "tidewater/live/rsvps/bronze/test-stream"
 T0 = dt.datetime(2026, 11, 20, 23, 59, 0, tzinfo=dt.UTC)  # offsets 0..59 on one day, the rest on the next
-BRONZE_SCHEMA = pa.schema(
-    [
-        *(RECORD_SCHEMA.field(n) for n in ("key", "value", "topic", "partition", "offset")),
-        pa.field("kafka_timestamp", pa.timestamp("us", tz="UTC")),
-        pa.field("timestamp_type", pa.int32()),
-        RECORD_SCHEMA.field("headers"),
-        pa.field("ingest_time", pa.timestamp("us", tz="UTC")),
-        pa.field("ingest_date", pa.date32()),
-    ]
-)
 QUERY_TIMEOUT_S = 120
 
 

@@ -23,10 +23,11 @@ import pyarrow as pa
 import pytest
 from kafka import KafkaProducer
 
+from pipeline_helpers import BRONZE_SCHEMA
 from tidewater import pipelines as registry
 from tidewater.broker import free_port
 from tidewater.config import Settings
-from tidewater.connectors.kafka_client import RECORD_SCHEMA, records_to_arrow
+from tidewater.connectors.kafka_client import records_to_arrow
 from tidewater.errors import BrokerUnreachableError, ConfigError, TidewaterError, TopicNotFoundError
 from tidewater.generator.producer import ensure_topic
 from tidewater.lake.files import write_data_files
@@ -163,17 +164,6 @@ def test_parse_interval_for_the_batch_dag() -> None:
 
 
 # ---- source=bronze: Delta file statistics ------------------------------------------------------------
-
-BRONZE_SCHEMA = pa.schema(
-    [
-        *(RECORD_SCHEMA.field(n) for n in ("key", "value", "topic", "partition", "offset")),
-        pa.field("kafka_timestamp", pa.timestamp("us", tz="UTC")),
-        pa.field("timestamp_type", pa.int32()),
-        RECORD_SCHEMA.field("headers"),
-        pa.field("ingest_time", pa.timestamp("us", tz="UTC")),
-        pa.field("ingest_date", pa.date32()),
-    ]
-)
 
 
 def make_bronze(settings: Settings, records: int = 300, per_commit: int = 100) -> PipelineLayout:

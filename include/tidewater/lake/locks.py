@@ -81,16 +81,7 @@ class TableLock:
 
     def holder(self) -> str | None:
         """Who holds the lock now (None if free)."""
-        if not self.path.exists():
-            return None
-        with open(self.path, "a+") as handle:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                handle.seek(0)
-                return handle.read().strip() or "unknown"
-            fcntl.flock(handle, fcntl.LOCK_UN)
-        return None
+        return flock_holder(self.path)
 
     def _acquire(self, purpose: str) -> IO[str]:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -115,3 +106,17 @@ class TableLock:
         handle.write(f"{purpose} (pid {os.getpid()} on {socket.gethostname()})\n")
         handle.flush()
         return handle
+
+
+def flock_holder(path: Path, *, unknown: str = "unknown") -> str | None:
+    """What the holder of the ``flock`` on ``path`` wrote into it, or None when nobody holds it."""
+    if not path.exists():
+        return None
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            return handle.read().strip() or unknown
+        fcntl.flock(handle, fcntl.LOCK_UN)
+    return None

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import IO
 
 from tidewater.errors import CheckpointError
+from tidewater.lake.locks import flock_holder
 
 IDENTITY_FILE = "_tidewater.json"
 LEASE_FILE = "_lease"
@@ -73,17 +74,7 @@ class Checkpoint:
 
 def lease_holder(path: Path) -> str | None:
     """Who holds the lease of checkpoint ``path`` (None if nobody)."""
-    lease_path = path / LEASE_FILE
-    if not lease_path.exists():
-        return None
-    with open(lease_path, "a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            return handle.read().strip() or "unknown process"
-        fcntl.flock(handle, fcntl.LOCK_UN)
-    return None
+    return flock_holder(path / LEASE_FILE, unknown="unknown process")
 
 
 def claim(path: Path, *, pipeline: str, namespace: str, query: str, source: str, target: str) -> Checkpoint:
