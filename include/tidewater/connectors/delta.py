@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,7 +41,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 
 from tidewater.errors import ConfigError, DeltaSourceError
 from tidewater.lake.files import HIVE_NULL, write_data_files
-from tidewater.lake.locks import TableLock
+from tidewater.lake.locks import TableLock, holding
 from tidewater.lake.storage import filesystem
 from tidewater.lake.tables import DataFile, LakeTable
 from tidewater.streaming import faults
@@ -241,7 +240,7 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         actions = [a for m in messages if isinstance(m, StagedFiles) for a in m.actions]
-        with self.lock.hold(f"{self.query_name} batch {batchId}") if self.lock else nullcontext():
+        with holding(self.lock, f"{self.query_name} batch {batchId}"):
             result = self.table.commit_files(
                 actions,
                 app_id=self.app_id,

@@ -22,7 +22,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -87,25 +87,35 @@ class TableLock:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         handle = open(self.path, "a+")  # noqa: SIM115 - kept open while the lock is held
         deadline = time.monotonic() + self.timeout_s
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    handle.seek(0)
-                    holder = handle.read().strip() or "another writer"
-                    handle.close()
-                    raise TableLockTimeoutError(
-                        f"table {self.table} has been locked by {holder} for over {self.timeout_s:g} s; "
-                        "wait for it to finish or raise TIDEWATER_TABLE_LOCK_TIMEOUT_SECONDS"
-                    ) from None
-                time.sleep(0.1)
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"{purpose} (pid {os.getpid()} on {socket.gethostname()})\n")
-        handle.flush()
+        while (holder := try_flock(handle)) is not None:
+            if time.monotonic() >= deadline:
+                handle.close()
+                raise TableLockTimeoutError(
+                    f"table {self.table} has been locked by {holder or 'another writer'} for over "
+                    f"{self.timeout_s:g} s; wait for it to finish or raise TIDEWATER_TABLE_LOCK_TIMEOUT_SECONDS"
+                )
+            time.sleep(0.1)
+        stamp(handle, f"{purpose} (pid {os.getpid()} on {socket.gethostname()})")
         return handle
+
+
+def try_flock(handle: IO[str]) -> str | None:
+    """Take an exclusive ``flock`` on the open file without waiting: None when taken, else what its
+    holder wrote into it (possibly empty)."""
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        return handle.read().strip()
+    return None
+
+
+def stamp(handle: IO[str], text: str) -> None:
+    """Say who holds the flock on ``handle`` (read by :func:`flock_holder` and waiting takers)."""
+    handle.seek(0)
+    handle.truncate()
+    handle.write(text + "\n")
+    handle.flush()
 
 
 def flock_holder(path: Path, *, unknown: str = "unknown") -> str | None:
@@ -113,10 +123,13 @@ def flock_holder(path: Path, *, unknown: str = "unknown") -> str | None:
     if not path.exists():
         return None
     with open(path, "a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            return handle.read().strip() or unknown
-        fcntl.flock(handle, fcntl.LOCK_UN)
-    return None
+        holder = try_flock(handle)
+        if holder is None:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+            return None
+        return holder or unknown
+
+
+def holding(lock: TableLock | None, purpose: str) -> AbstractContextManager[None]:
+    """``lock.hold(purpose)``, or nothing when a writer was given no lock."""
+    return lock.hold(purpose) if lock is not None else nullcontext()

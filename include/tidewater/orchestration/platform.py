@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as dt
 import fcntl
-import json
 import os
 import shutil
 import signal
@@ -20,7 +19,9 @@ from typing import IO, Any
 
 from tidewater.config import Settings
 from tidewater.errors import ConfigError, TidewaterError, one_line
+from tidewater.lake.locks import try_flock
 from tidewater.orchestration.supervisor import alive as _alive
+from tidewater.orchestration.supervisor import read_json, write_json
 
 
 class PlatformState:
@@ -37,28 +38,20 @@ class PlatformState:
         return path
 
     def read(self) -> dict[str, Any]:
-        try:
-            return dict(json.loads(self.file.read_text()))
-        except (OSError, ValueError):
-            return {}
+        return read_json(self.file)
 
     def record(self, **fields: Any) -> None:
-        data = {**self.read(), **fields}
-        tmp = self.file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=2))
-        tmp.replace(self.file)
+        write_json(self.file, {**self.read(), **fields})
 
     def claim(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         handle = open(self.dir / "platform.lock", "a+")  # noqa: SIM115 - held while the platform runs
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if try_flock(handle) is not None:
             handle.close()
             raise ConfigError(
                 f"a platform is already running from {self.dir} (pid {self.read().get('pid')}): "
                 "stop it with ./tw stop, or use another TIDEWATER_STATE_DIR"
-            ) from None
+            )
         self._lock = handle
         self.record(pid=os.getpid(), started_at=_now(), embedded_broker=not self.settings.kafka_bootstrap_servers)
 

@@ -97,16 +97,16 @@ class StreamControl:
         return names + [f"gold_{g.name}" for g in self.pipeline.gold]
 
     def desired(self) -> str:
-        return str(_read(self.dir / "desired.json").get("state", RUNNING))
+        return str(read_json(self.dir / "desired.json").get("state", RUNNING))
 
     def set_desired(self, state: str, *, by: str) -> None:
         if state not in (RUNNING, STOPPED):
             raise ValueError(state)
-        _write(self.dir / "desired.json", {"state": state, "by": by, "at": _now()})
+        write_json(self.dir / "desired.json", {"state": state, "by": by, "at": _now()})
         self._event("desired", state=state, by=by)
 
     def driver(self) -> dict[str, Any]:
-        return _read(self.dir / "driver.json")
+        return read_json(self.dir / "driver.json")
 
     @property
     def log_path(self) -> Path:
@@ -197,7 +197,7 @@ class StreamControl:
         process = launch_stream_job(
             self.settings, self.pipeline.name, self.log_path, extra_args=["--namespace", self.layout.namespace]
         )
-        _write(
+        write_json(
             self.dir / "driver.json",
             {"pid": process.pid, "launched_unix": time.time(), "launched_at": _now(), "reason": reason},
         )
@@ -211,7 +211,7 @@ class StreamControl:
         timeout = self.settings.stream_stop_timeout_seconds if timeout_s is None else timeout_s
         driver = self.driver()
         if driver:
-            _write(self.dir / "driver.json", {**driver, "stopped_on_purpose": True})
+            write_json(self.dir / "driver.json", {**driver, "stopped_on_purpose": True})
         # SIGTERM the Python driver (it stops its queries cleanly, then its JVM ends); before it holds
         # its checkpoints, the launched spark-submit itself.
         pids = {pid for pid in self.lease_pids() if pid > 0}
@@ -250,7 +250,7 @@ class StreamControl:
     def supervise(self) -> tuple[str, StreamHealth]:
         """One supervision round: returns (action taken, health after it)."""
         health = self.health()
-        _write(self.dir / "health.json", health.to_dict())
+        write_json(self.dir / "health.json", health.to_dict())
         if health.desired == STOPPED:
             if health.state in (RUNNING, STARTING, STALLED):
                 return "stopped (desired state is stopped)", self.stop(reason="desired state is stopped")
@@ -334,7 +334,8 @@ def _kill(pid: int, sig: int) -> None:
         os.kill(pid, sig)
 
 
-def _read(path: Path) -> dict[str, Any]:
+def read_json(path: Path) -> dict[str, Any]:
+    """A JSON object file, or {} when missing or unreadable."""
     try:
         value = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -342,7 +343,8 @@ def _read(path: Path) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _write(path: Path, value: dict[str, Any]) -> None:
+def write_json(path: Path, value: dict[str, Any]) -> None:
+    """Replace a JSON file atomically (readers never see half of it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(value, indent=2, default=str))

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from tidewater.batch.interval import Interval, parse_time
 from tidewater.config import Settings
 from tidewater.errors import ConfigError
 
@@ -69,9 +70,8 @@ def interval_args(pipeline: str, start: Any, end: Any, run_id: str) -> list[str]
     from tidewater.pipelines import get_pipeline
 
     settings = Settings.from_env()
-    begin, finish = _utc(start, "start"), _utc(end, "end")
-    if finish <= begin:
-        raise ConfigError(f"data interval end {finish.isoformat()} is not after its start {begin.isoformat()}")
+    interval = Interval.parse(start, end)  # one-line ConfigError for a bad or empty interval
+    begin, finish = interval.start, interval.end
     layout = PipelineLayout.of(settings, get_pipeline(pipeline))
     if not layout.table("bronze").exists():
         raise AirflowSkipException(f"no bronze table at {layout.table_uri('bronze')} yet: nothing to recompute")
@@ -100,7 +100,7 @@ def correction_args(pipeline: str, params: Mapping[str, Any], end: Any, run_id: 
     if params.get("start") or params.get("end"):
         begin, finish = parse_interval(params.get("start"), params.get("end"))
     else:
-        finish = _utc(end, "end") if end else dt.datetime.now(dt.UTC)
+        finish = parse_time(end, "end") if end else dt.datetime.now(dt.UTC)
         begin = finish - dt.timedelta(hours=settings.correction_lookback_hours)
     return _batch_args("correct", pipeline, begin, finish, run_id)
 
@@ -122,14 +122,3 @@ def maintain(pipeline: str, run_id: str) -> list[dict[str, Any]]:
 def _batch_args(mode: str, pipeline: str, start: dt.datetime, end: dt.datetime, run_id: str) -> list[str]:
     """Arguments of ``spark_jobs/batch.py <mode>`` (see ``tidewater batch --help``)."""
     return [mode, "--pipeline", pipeline, "--start", start.isoformat(), "--end", end.isoformat(), "--run-id", run_id]
-
-
-def _utc(value: Any, what: str) -> dt.datetime:
-    if isinstance(value, dt.datetime):
-        stamp = value
-    else:
-        try:
-            stamp = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-        except ValueError:
-            raise ConfigError(f"{what} {value!r} is not an ISO-8601 time") from None
-    return stamp.replace(tzinfo=dt.UTC) if stamp.tzinfo is None else stamp.astimezone(dt.UTC)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import IO
 
 from tidewater.errors import CheckpointError
-from tidewater.lake.locks import flock_holder
+from tidewater.lake.locks import flock_holder, stamp, try_flock
 
 IDENTITY_FILE = "_tidewater.json"
 LEASE_FILE = "_lease"
@@ -84,20 +84,14 @@ def claim(path: Path, *, pipeline: str, namespace: str, query: str, source: str,
         lease = open(path / LEASE_FILE, "a+")  # noqa: SIM115 - held for the process lifetime
     except OSError as exc:
         raise CheckpointError(f"cannot use checkpoint directory {path}: {exc.strerror}") from None
-    try:
-        fcntl.flock(lease, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lease.seek(0)
-        holder = lease.read().strip() or "another process"
+    holder = try_flock(lease)
+    if holder is not None:
         lease.close()
         raise CheckpointError(
-            f"checkpoint {path} is in use by a running driver ({holder}); two drivers on one checkpoint "
-            "would corrupt it: stop that one first"
-        ) from None
-    lease.seek(0)
-    lease.truncate()
-    lease.write(f"pid {os.getpid()} on {socket.gethostname()} since {_now()}\n")
-    lease.flush()
+            f"checkpoint {path} is in use by a running driver ({holder or 'another process'}); two drivers "
+            "on one checkpoint would corrupt it: stop that one first"
+        )
+    stamp(lease, f"pid {os.getpid()} on {socket.gethostname()} since {_now()}")
     try:
         wanted = CheckpointIdentity(pipeline, namespace, query, source, target, uuid.uuid4().hex, _now())
         identity = _reconcile_identity(path, wanted)

@@ -11,23 +11,18 @@ recompute or correction of the same live table never interleaves with it.
 from __future__ import annotations
 
 import logging
-from contextlib import AbstractContextManager, nullcontext
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 
 from tidewater.lake import writes
-from tidewater.lake.locks import TableLock
+from tidewater.lake.locks import TableLock, holding
 from tidewater.lake.tables import LakeTable
 from tidewater.pipelines.base import GoldTable, Pipeline
 from tidewater.streaming import faults
 
 log = logging.getLogger(__name__)
-
-
-def holding(lock: TableLock | None, purpose: str) -> AbstractContextManager[None]:
-    return lock.hold(purpose) if lock is not None else nullcontext()
 
 
 class SilverWriter:
