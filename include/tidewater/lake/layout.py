@@ -2,6 +2,8 @@
 
     <lake root>/<namespace>/<pipeline>/bronze | silver | quarantine | gold/<name>
     <lake root>/<namespace>/<pipeline>/corrections     (the late-data correction ledger)
+    <lake root>/<namespace>/<pipeline>/audits          (data-quality and reconciliation results)
+    <lake root>/<namespace>/<pipeline>/reports/<id>/   (Data Docs of one audit run: index.html)
     <checkpoint root>/<namespace>/<pipeline>/<query>
     <checkpoint root>/<namespace>/<pipeline>/_locks/<table>.lock   (see tidewater.lake.locks)
 
@@ -53,6 +55,19 @@ class PipelineLayout:
         """The corrections ledger: every change a correction made to a gold row, with old and new values."""
         return join(self.settings.lake_uri, self.namespace, self.pipeline.name, "corrections")
 
+    def audit_uri(self) -> str:
+        """The audit table: one row per suite each audit run validated (see tidewater.quality.audit_log)."""
+        return join(self.settings.lake_uri, self.namespace, self.pipeline.name, "audits")
+
+    def reports_uri(self) -> str:
+        """The pipeline's reports area: one folder of static Data Docs HTML per audit run."""
+        return join(self.settings.lake_uri, self.namespace, self.pipeline.name, "reports")
+
+    def queryable_tables(self) -> dict[str, str]:
+        """Every Delta table of the pipeline people may query: data tables, the ledger and the audits."""
+        tables = {name: self.table_uri(name) for name in self.table_names}
+        return {**tables, "corrections": self.ledger_uri(), "audits": self.audit_uri()}
+
     def lock(self, table: str) -> TableLock:
         """The lock every writer of ``table`` holds around its commit (see :mod:`tidewater.lake.locks`)."""
         self.table_uri(table)  # unknown tables fail here
@@ -61,6 +76,9 @@ class PipelineLayout:
     def ledger_lock(self) -> TableLock:
         """The corrections ledger's lock (corrections append, maintenance compacts)."""
         return self._lock("corrections")
+
+    def audit_lock(self) -> TableLock:
+        return self._lock("audits")
 
     def _lock(self, name: str) -> TableLock:
         return TableLock(
