@@ -5,6 +5,28 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${TIDEWATER_PYTHON:-python3.11}"
 command -v "$PY" >/dev/null 2>&1 || PY=python3
+
+# Headless Chromium and its WebDriver for the UI tests (Debian packages). Checked on every run because
+# they live outside .venv: a fresh machine has the venv stamp's inputs but not the browser.
+ensure_browser() {
+  if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then return 0; fi
+  local sudo=""
+  if [[ "$(id -u)" != 0 ]]; then
+    if command -v sudo >/dev/null 2>&1; then sudo="sudo -n"; else
+      echo "tidewater: chromium/chromedriver missing and not root: the UI tests will fail" >&2; return 0
+    fi
+  fi
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "tidewater: chromium/chromedriver missing and no apt-get: the UI tests will fail" >&2; return 0
+  fi
+  echo "tidewater: installing chromium and chromium-driver (headless browser for the UI tests)" >&2
+  local install=(env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium chromium-driver)
+  $sudo "${install[@]}" >/dev/null 2>&1 || { $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null 2>&1 \
+    && $sudo "${install[@]}" >/dev/null; } \
+    || echo "tidewater: could not install chromium/chromium-driver: the UI tests will fail" >&2
+}
+ensure_browser
+
 stamp=.venv/.tidewater-installed
 want="$(cat requirements.lock pyproject.toml | sha256sum | cut -d' ' -f1)"
 if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then exit 0; fi
