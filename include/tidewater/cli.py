@@ -8,6 +8,7 @@
     tidewater broker              run the embedded broker alone
     tidewater topics create NAME  create a topic
     tidewater tables              list the lake's tables: version, rows, files, size
+    tidewater sql "SELECT ..."    read-only SQL over the lake's tables, paged (time travel; --tables: catalog)
     tidewater pipelines           list declared pipelines
 
 Errors are printed as one line (``tidewater: <Kind>: <what to do>``) and exit with status 2.
@@ -323,6 +324,7 @@ def cmd_pipelines(args: argparse.Namespace, settings: Settings) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from tidewater.batch import cli as batch_cli
     from tidewater.generator import cli as generator_cli
+    from tidewater.query import cli as query_cli
 
     parser = argparse.ArgumentParser(
         prog="tidewater", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -377,6 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
     pipelines.set_defaults(func=cmd_pipelines)
 
     batch_cli.register(sub)
+    query_cli.register(sub)
     return parser
 
 

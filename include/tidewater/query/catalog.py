@@ -1,0 +1,269 @@
+"""The lake's queryable tables under SQL names, and what the UI shows about each one.
+
+A table's SQL name is ``<pipeline>.<table>`` with the layout's ``/`` written as ``.``:
+``rsvps.silver``, ``rsvps.gold.venue_response_counts``, ``rsvps.corrections``, ``rsvps.audits``.
+Tables of another namespace (a sandbox replay) are written ``<namespace>.<pipeline>.<table>``.
+Everything is derived from :meth:`PipelineLayout.queryable_tables`, so a table cannot be named
+here that does not live under the lake root, and a new pipeline or gold table appears by itself.
+
+Nothing in this module scans data: sizes and row counts come from the Delta log's add actions.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from deltalake import DeltaTable, QueryBuilder
+from deltalake.exceptions import DeltaError, TableNotFoundError
+
+from tidewater.config import Settings
+from tidewater.errors import ConfigError
+from tidewater.lake.layout import PipelineLayout
+from tidewater.lake.storage import storage_options
+from tidewater.pipelines import all_pipelines
+
+# Same rule as Settings.validate: a namespace is one plain path segment, never "..", "/" or empty.
+NAMESPACE = re.compile(r"^[A-Za-z0-9_-]+$")
+
+# commitInfo keys every writer sets; the rest are commit properties (tidewater.run_id, ...).
+STANDARD_COMMIT_KEYS = frozenset(
+    {
+        "timestamp",
+        "operation",
+        "operationParameters",
+        "operationMetrics",
+        "engineInfo",
+        "clientVersion",
+        "version",
+        "readVersion",
+        "isolationLevel",
+        "isBlindAppend",
+        "userId",
+        "userName",
+        "txnId",
+        "inCommitTimestamp",
+    }
+)
+
+
+@dataclass(frozen=True)
+class TableRef:
+    """One queryable Delta table: its SQL name and where it lives."""
+
+    name: str  # SQL name: rsvps.silver, or sandbox.rsvps.silver outside the default namespace
+    namespace: str
+    pipeline: str
+    table: str  # layout name: silver, gold/venue_response_counts, corrections, audits
+    uri: str
+
+
+def check_namespace(namespace: str) -> str:
+    if not NAMESPACE.match(namespace):
+        raise ConfigError(f"namespace {namespace!r} may hold only letters, digits, - and _")
+    return namespace
+
+
+def catalog(settings: Settings, *, namespace: str | None = None) -> dict[str, TableRef]:
+    """Every queryable table of every pipeline in ``namespace`` (default: the settings' one), by SQL name
+    (``<pipeline>.<table>``: names are relative to the namespace being browsed)."""
+    ns = check_namespace(namespace or settings.namespace)
+    found: dict[str, TableRef] = {}
+    for pipeline in all_pipelines().values():
+        layout = PipelineLayout.of(settings, pipeline, ns)
+        for table, uri in layout.queryable_tables().items():
+            name = f"{pipeline.name}.{table.replace('/', '.')}"
+            found[name] = TableRef(name=name, namespace=ns, pipeline=pipeline.name, table=table, uri=uri)
+    return found
+
+
+def resolve(settings: Settings, parts: Sequence[str], *, namespace: str | None = None) -> TableRef | None:
+    """The table a dotted SQL name means, or None.
+
+    ``rsvps.silver`` / ``rsvps.gold.x`` are in ``namespace`` (default: the settings' one);
+    ``sandbox.rsvps.silver`` is in namespace ``sandbox``. A first part that names a pipeline is
+    always pipeline-first (pipelines are never named like a namespace).
+    """
+    if not parts or any(not p for p in parts):
+        return None
+    if parts[0] in all_pipelines():
+        return catalog(settings, namespace=namespace).get(".".join(parts))
+    if len(parts) < 3 or not NAMESPACE.match(parts[0]):
+        return None
+    ref = catalog(settings, namespace=parts[0]).get(".".join(parts[1:]))
+    if ref is None:
+        return None
+    # Written with an explicit namespace: keep that spelling, it is how the user refers to it.
+    return TableRef(name=".".join(parts), namespace=ref.namespace, pipeline=ref.pipeline, table=ref.table, uri=ref.uri)
+
+
+# ---- what the UI lists ---------------------------------------------------------------------------
+
+
+@dataclass
+class TableInfo:
+    """A table's current snapshot, from the Delta log only (cheap enough for every page view)."""
+
+    name: str
+    uri: str
+    exists: bool
+    version: int | None = None
+    rows: int | None = None  # None when some file has no statistics (then nobody knows without a scan)
+    size_bytes: int | None = None
+    files: int | None = None
+    last_commit_time: dt.datetime | None = None
+    last_operation: str | None = None
+    last_commit_metadata: dict[str, Any] = field(default_factory=dict)  # commit properties: tidewater.* etc.
+    last_commit: dict[str, Any] = field(default_factory=dict)  # the whole commitInfo of the latest version
+    namespace: str = ""
+    pipeline: str = ""
+    table: str = ""
+    description: str | None = None
+    partition_columns: list[str] = field(default_factory=list)
+    columns: list[tuple[str, str]] = field(default_factory=list)  # (name, Arrow type) for the SQL box
+    created_time: dt.datetime | None = None
+    error: str | None = None  # the table could not be read (the listing still shows it)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: datetimes as ISO-8601 strings."""
+        return jsonable(asdict(self))
+
+
+def table_info(ref: TableRef) -> TableInfo:
+    """Version, rows, size, files and the last commit of ``ref``; ``exists=False`` before its first commit."""
+    info = TableInfo(name=ref.name, uri=ref.uri, exists=False, namespace=ref.namespace, pipeline=ref.pipeline)
+    info.table = ref.table
+    try:
+        table = DeltaTable(ref.uri, storage_options=storage_options(ref.uri))
+    except TableNotFoundError:
+        return info
+    except (DeltaError, OSError) as exc:
+        info.error = brief(exc)
+        return info
+    info.exists = True
+    try:
+        info.version = int(table.version())
+        actions = pa.table(table.get_add_actions(flatten=True))
+        info.files = actions.num_rows
+        info.size_bytes = int(sum(actions.column("size_bytes").to_pylist())) if info.files else 0
+        if "num_records" in actions.column_names:
+            counts = actions.column("num_records").to_pylist()
+            info.rows = None if any(c is None for c in counts) else int(sum(counts))
+        elif not info.files:
+            info.rows = 0
+        metadata = table.metadata()
+        info.description = metadata.description
+        info.partition_columns = list(metadata.partition_columns)
+        info.created_time = from_millis(metadata.created_time)
+        info.columns = [(f.name, str(f.type)) for f in pa.schema(table.schema().to_arrow())]
+        last = table.history(1)
+        if last:
+            commit = last[0]
+            info.last_commit = commit
+            info.last_commit_time = from_millis(commit.get("timestamp"))
+            info.last_operation = commit.get("operation")
+            info.last_commit_metadata = commit_properties(commit)
+    except (DeltaError, OSError) as exc:
+        info.error = brief(exc)
+    return info
+
+
+def table_history(ref: TableRef, *, limit: int = 20) -> list[dict[str, Any]]:
+    """The newest ``limit`` commits of ``ref``, newest first; empty before the first commit.
+
+    Each: version, timestamp (UTC datetime), operation, operationParameters, operationMetrics,
+    metadata (the commit properties, e.g. tidewater.run_id) and userMetadata when set.
+    """
+    try:
+        table = DeltaTable(ref.uri, storage_options=storage_options(ref.uri))
+    except TableNotFoundError:
+        return []
+    out = []
+    for commit in table.history(limit):
+        entry = {
+            "version": commit.get("version"),
+            "timestamp": from_millis(commit.get("timestamp")),
+            "operation": commit.get("operation"),
+            "operationParameters": commit.get("operationParameters") or {},
+            "operationMetrics": commit.get("operationMetrics") or {},
+            "metadata": commit_properties(commit),
+        }
+        if commit.get("userMetadata") is not None:
+            entry["userMetadata"] = commit["userMetadata"]
+        out.append(entry)
+    return out
+
+
+def latest_audits(settings: Settings, *, namespace: str | None = None) -> dict[str, dict[str, Any]]:
+    """For each catalog table, the newest row (by ``audited_at``) of its pipeline's audit table about it.
+
+    Keys are catalog names; tables never audited (and pipelines without an audit table) are absent.
+    """
+    tables = catalog(settings, namespace=namespace)
+    by_layout = {(ref.pipeline, ref.table): name for name, ref in tables.items()}
+    audit_tables = {ref.pipeline: ref for ref in tables.values() if ref.table == "audits"}
+    found: dict[str, dict[str, Any]] = {}
+    for pipeline, ref in sorted(audit_tables.items()):
+        try:
+            audits = DeltaTable(ref.uri, storage_options=storage_options(ref.uri))
+        except TableNotFoundError:
+            continue
+        # DataFusion picks each table's newest row; only those rows reach Python.
+        query = (
+            "SELECT * FROM (SELECT *, row_number() OVER (PARTITION BY table_name ORDER BY audited_at DESC) "
+            "AS _tw_rank FROM audits) WHERE _tw_rank = 1"
+        )
+        reader = QueryBuilder().register("audits", audits).execute(query)
+        rows = pa.RecordBatchReader.from_stream(reader).read_all().drop_columns(["_tw_rank"]).to_pylist()
+        for row in rows:
+            name = by_layout.get((pipeline, row.get("table_name")))
+            if name is not None:
+                found[name] = row
+    return found
+
+
+# ---- small helpers shared with the engine ----------------------------------------------------------
+
+
+def commit_properties(commit: dict[str, Any]) -> dict[str, Any]:
+    """The custom part of a commitInfo: what the writer labelled the commit with."""
+    extra = {k: v for k, v in commit.items() if k not in STANDARD_COMMIT_KEYS}
+    return extra
+
+
+def from_millis(value: int | None) -> dt.datetime | None:
+    return None if value is None else dt.datetime.fromtimestamp(int(value) / 1000, tz=dt.UTC)
+
+
+def brief(exc: BaseException) -> str:
+    """delta-rs and DataFusion errors span lines (cause chains): fold them into one short line."""
+    return " ".join(str(exc).split())[:400]
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` with datetimes, dates and times as ISO strings, Decimals as strings, bytes as hex,
+    tuples as lists, non-finite floats as strings: what ``json.dumps`` and a browser accept."""
+    import decimal
+    import math
+
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).hex()
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [jsonable(v) for v in value]
+    return str(value)
