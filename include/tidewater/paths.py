@@ -22,3 +22,8 @@ def spark_job(name: str) -> Path:
 
 def dags_folder() -> Path:
     return project_root() / "dags"
+
+
+def plugins_folder() -> Path:
+    """Airflow's plugins folder: the thin plugin that mounts tidewater.ui in the api-server."""
+    return project_root() / "plugins"

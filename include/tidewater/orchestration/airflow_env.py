@@ -19,7 +19,7 @@ from pathlib import Path
 from cryptography.fernet import Fernet
 
 from tidewater.config import Settings
-from tidewater.paths import dags_folder
+from tidewater.paths import dags_folder, plugins_folder
 
 ADMIN_USER = "admin"
 SECRETS_FILE = "tidewater-secrets.json"
@@ -86,6 +86,7 @@ def airflow_environment(settings: Settings, airflow_secrets: AirflowSecrets) -> 
         **settings.to_env(),  # task processes read their Settings from these
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder()),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(plugins_folder()),  # the lake pages (tidewater.ui)
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
         "AIRFLOW__CORE__PARALLELISM": str(settings.airflow_parallelism),

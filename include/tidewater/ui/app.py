@@ -1,0 +1,286 @@
+"""The plugin's FastAPI app: lake tables, read-only SQL, audits and Data Docs, behind Airflow's login.
+
+Mounted by Airflow's api-server under :data:`tidewater.ui.URL_PREFIX` (see tidewater.ui.plugin).
+
+HTML pages                                  JSON API
+  GET  /tables                                GET  /api/tables
+  GET  /tables/{name}/history                 GET  /api/tables/{name}/history
+  GET  /sql?sql=&page=&page_size=             POST /api/sql   {"sql", "page", "page_size"}
+  GET  /audits                                GET  /api/audits?dag_id=&run_id=
+  GET  /reports/by-run?dag_id=&run_id=
+  GET  /reports/files/<ns>/<pipeline>/reports/<path>
+
+Every route depends on :func:`tidewater.ui.auth.require_reader` (app-level dependency), and the app
+has no OpenAPI/docs routes, so nothing here answers an unauthenticated caller with data. No route
+writes: SQL goes through :func:`tidewater.query.sql.run_sql`, which refuses anything but reads of
+the lake's tables. Handlers are plain ``def``: FastAPI runs them in its thread pool, so lake reads
+do not block the api-server's event loop. Settings are read from the ``TIDEWATER_*`` environment
+the platform gives the api-server.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+from fastapi import Body, Depends, FastAPI, HTTPException, Request, status
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from tidewater.config import Settings
+from tidewater.errors import TidewaterError
+from tidewater.ui import data
+from tidewater.ui.auth import login_url, require_reader
+from tidewater.ui.format import json_value
+from tidewater.ui.render import Pages
+from tidewater.ui.reports import (
+    ReportNotFound,
+    ReportPathRefused,
+    read_report,
+    report_href,
+    report_location,
+    stat_report,
+)
+
+log = logging.getLogger(__name__)
+
+_NAMESPACE = re.compile(r"^[A-Za-z0-9_-]+$")
+MAX_PAGE_SIZE = 1000
+DEFAULT_PAGE_SIZE = 50
+
+
+def settings() -> Settings:
+    """Read per request: cheap, and the api-server's environment is the single source."""
+    return Settings.from_env()
+
+
+def root_of(request: Request) -> str:
+    """Where this app is mounted (``/tidewater``, behind any ``[api] base_url`` path)."""
+    return str(request.scope.get("root_path", "")).rstrip("/")
+
+
+def pages(request: Request, config: Settings, namespace: str | None) -> Pages:
+    return Pages(root_of(request), namespace or config.namespace, namespace)
+
+
+def checked_namespace(namespace: str | None) -> str | None:
+    if namespace in (None, ""):
+        return None
+    if not _NAMESPACE.match(namespace):
+        detail = f"namespace {namespace!r} may hold only letters, digits, - and _"
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, detail)
+    return namespace
+
+
+def one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:500]
+
+
+class QueryProblem(HTTPException):
+    """A query that did not run: 400 with the one-line reason; ``refused`` when run_sql refused it."""
+
+    def __init__(self, detail: str, *, refused: bool) -> None:
+        super().__init__(status.HTTP_400_BAD_REQUEST, detail)
+        self.refused = refused
+
+
+def run_query(config: Settings, sql: str, *, page: int, page_size: int, namespace: str | None) -> Any:
+    """run_sql, its refusals and errors turned into :class:`QueryProblem` (HTML and JSON say the same)."""
+    from tidewater.query.sql import QueryRefused, run_sql
+
+    try:
+        return run_sql(config, sql, page=page, page_size=page_size, namespace=namespace)
+    except QueryRefused as exc:
+        raise QueryProblem(one_line(exc), refused=True) from None
+    except TidewaterError as exc:
+        raise QueryProblem(one_line(exc), refused=False) from None
+    except Exception as exc:  # a query the engine rejects: say why, keep the server up
+        log.warning("query failed: %s", exc, exc_info=True)
+        raise QueryProblem(f"{type(exc).__name__}: {one_line(exc)}", refused=False) from None
+
+
+def _default_namespace() -> str:
+    try:
+        return settings().namespace
+    except TidewaterError:
+        return ""
+
+
+def create_app() -> FastAPI:
+    """The app Airflow mounts. No docs/OpenAPI routes: they would be reachable without a token."""
+    app = FastAPI(
+        title="tidewater lake",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        dependencies=[Depends(require_reader)],
+    )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def refusals(request: Request, exc: StarletteHTTPException) -> Response:
+        """401/403 for a browser page: the same status, with a sign-in link instead of bare JSON."""
+        wants_html = "text/html" in request.headers.get("accept", "")
+        api = request.url.path.startswith(f"{root_of(request)}/api/")
+        if exc.status_code in (401, 403) and wants_html and not api:
+            page = Pages(root_of(request), _default_namespace()).message(
+                "Sign in required" if exc.status_code == 401 else "Not allowed",
+                f"{exc.detail}. The lake pages need an Airflow session.",
+                kind="error",
+                link=login_url(request),
+                link_text="Sign in to Airflow",
+            )
+            return HTMLResponse(page, status_code=exc.status_code, headers=getattr(exc, "headers", None))
+        return await http_exception_handler(request, exc)
+
+    @app.get("/", include_in_schema=False)
+    def index(request: Request) -> RedirectResponse:
+        return RedirectResponse(f"{root_of(request)}/tables", status_code=status.HTTP_303_SEE_OTHER)
+
+    # ---- tables -------------------------------------------------------------------------------
+
+    @app.get("/tables", response_class=HTMLResponse)
+    def tables_page(request: Request, namespace: str | None = None) -> HTMLResponse:
+        namespace = checked_namespace(namespace)
+        config = settings()
+        rows = data.tables_overview(config, namespace)
+        return HTMLResponse(pages(request, config, namespace).tables(rows))
+
+    @app.get("/tables/{name}/history", response_class=HTMLResponse)
+    def history_page(request: Request, name: str, namespace: str | None = None, limit: int = 50) -> HTMLResponse:
+        namespace = checked_namespace(namespace)
+        config = settings()
+        view = pages(request, config, namespace)
+        try:
+            commits = data.table_history(config, name, namespace=namespace, limit=max(1, min(limit, 500)))
+        except KeyError:
+            page = view.message("Unknown table", f"no table {name!r} in the catalog", kind="error")
+            return HTMLResponse(page, status_code=status.HTTP_404_NOT_FOUND)
+        return HTMLResponse(view.history(name, commits))
+
+    @app.get("/api/tables")
+    def tables_api(namespace: str | None = None) -> JSONResponse:
+        namespace = checked_namespace(namespace)
+        rows = data.tables_overview(settings(), namespace)
+        body = [
+            {"name": r.name, "pipeline": r.pipeline, "table": r.table, **r.info, "audit": r.audit, "error": r.error}
+            for r in rows
+        ]
+        return JSONResponse({"tables": json_value(body)})
+
+    @app.get("/api/tables/{name}/history")
+    def history_api(name: str, namespace: str | None = None, limit: int = 50) -> JSONResponse:
+        namespace = checked_namespace(namespace)
+        try:
+            commits = data.table_history(settings(), name, namespace=namespace, limit=max(1, min(limit, 500)))
+        except KeyError:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no table {name!r} in the catalog") from None
+        return JSONResponse({"name": name, "history": json_value(commits)})
+
+    # ---- SQL ----------------------------------------------------------------------------------
+
+    @app.get("/sql", response_class=HTMLResponse)
+    def sql_page(
+        request: Request,
+        sql: str = "",
+        page: int = 1,
+        page_size: int = DEFAULT_PAGE_SIZE,
+        namespace: str | None = None,
+    ) -> HTMLResponse:
+        # A GET form: a query is a read, and its pages are plain links (bookmarkable, back button works).
+        namespace = checked_namespace(namespace)
+        config = settings()
+        view = pages(request, config, namespace)
+        page, page_size = max(1, page), max(1, min(page_size, MAX_PAGE_SIZE))
+        if not sql.strip():
+            from tidewater.query import catalog
+
+            names = sorted(catalog.catalog(config, namespace=namespace))
+            return HTMLResponse(view.sql(sql="", page_size=page_size, table_names=names))
+        try:
+            result = run_query(config, sql, page=page, page_size=page_size, namespace=namespace)
+        except QueryProblem as exc:
+            detail = str(exc.detail)
+            refusal, error = (detail, "") if exc.refused else ("", detail)
+            page_html = view.sql(sql=sql, page_size=page_size, refusal=refusal, error=error)
+            return HTMLResponse(page_html, status_code=exc.status_code)
+        return HTMLResponse(view.sql(sql=sql, page_size=page_size, result=result))
+
+    @app.post("/api/sql")
+    def sql_api(
+        sql: str = Body(..., embed=True),
+        page: int = Body(1, embed=True),
+        page_size: int = Body(DEFAULT_PAGE_SIZE, embed=True),
+        namespace: str | None = Body(None, embed=True),
+    ) -> JSONResponse:
+        namespace = checked_namespace(namespace)
+        page, page_size = max(1, page), max(1, min(page_size, MAX_PAGE_SIZE))
+        result = run_query(settings(), sql, page=page, page_size=page_size, namespace=namespace)
+        return JSONResponse(
+            {
+                "columns": list(result.columns),
+                "rows": json_value([list(row) for row in result.rows]),
+                "page": result.page,
+                "page_size": result.page_size,
+                "has_more": result.has_more,
+                "tables": json_value(result.tables),
+                "elapsed_s": result.elapsed_s,
+            }
+        )
+
+    # ---- audits and reports ---------------------------------------------------------------------
+
+    @app.get("/audits", response_class=HTMLResponse)
+    def audits_page(request: Request, namespace: str | None = None, limit: int = 200) -> HTMLResponse:
+        namespace = checked_namespace(namespace)
+        config = settings()
+        rows = data.audit_rows(config, namespace=namespace, limit=max(1, min(limit, 5000)))
+        return HTMLResponse(pages(request, config, namespace).audits(rows))
+
+    @app.get("/api/audits")
+    def audits_api(
+        namespace: str | None = None, dag_id: str | None = None, run_id: str | None = None, limit: int = 200
+    ) -> JSONResponse:
+        namespace = checked_namespace(namespace)
+        rows = data.audit_rows(
+            settings(), namespace=namespace, dag_id=dag_id, run_id=run_id, limit=max(1, min(limit, 5000))
+        )
+        return JSONResponse({"audits": json_value(rows)})
+
+    @app.get("/reports/by-run", response_class=HTMLResponse)
+    def by_run(
+        request: Request, dag_id: str, run_id: str, namespace: str | None = None, list_all: bool = False
+    ) -> Response:
+        """The report of one DAG run: redirect when there is exactly one, else list the run's audits."""
+        namespace = checked_namespace(namespace)
+        config = settings()
+        rows = data.run_audit_rows(config, dag_id=dag_id, run_id=run_id, namespace=namespace)
+        paths = data.report_paths(rows)
+        if len(paths) == 1 and not list_all:
+            return RedirectResponse(report_href(root_of(request), paths[0]), status_code=status.HTTP_303_SEE_OTHER)
+        shown_ns = rows[0]["namespace"] if rows and rows[0].get("namespace") else namespace
+        page = pages(request, config, shown_ns).audits(rows, dag_id=dag_id, run_id=run_id)
+        return HTMLResponse(page, status_code=status.HTTP_200_OK if rows else status.HTTP_404_NOT_FOUND)
+
+    @app.get("/reports/files/{path:path}")
+    def report_file(request: Request, path: str) -> Response:
+        config = settings()
+        try:
+            location = report_location(config.lake_uri, path)
+            found = stat_report(location)
+        except ReportPathRefused as exc:
+            raise HTTPException(status.HTTP_403_FORBIDDEN, one_line(exc)) from None
+        except ReportNotFound as exc:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, one_line(exc)) from None
+        if found.is_dir:  # relative links in index.html need the folder URL to end in /
+            return RedirectResponse(report_href(root_of(request), location.relative) + "/", status_code=307)
+        headers = {
+            "Content-Length": str(found.size),
+            "X-Content-Type-Options": "nosniff",
+            "Cache-Control": "no-cache",
+        }
+        return StreamingResponse(read_report(location), media_type=found.content_type, headers=headers)
+
+    return app
