@@ -22,9 +22,10 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from deltalake.transaction import CommitProperties
 
+from tidewater.batch.ledger import LEDGER_SCHEMA
 from tidewater.config import Settings
 from tidewater.quality.audit_log import AuditRow, to_arrow
-from tidewater.query.catalog import catalog, latest_audits, table_history, table_info
+from tidewater.query.catalog import catalog, latest_audits, table_history, table_info, table_listing
 from tidewater.query.sql import QueryRefused, new_session, run_sql
 
 TS = pa.timestamp("us", tz="UTC")
@@ -128,6 +129,22 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Lake:
     ]
     write_deltalake(tables["rsvps.audits"].uri, to_arrow(audits))
 
+    ledger = [
+        {
+            "table": "gold/venue_response_counts",
+            "window_start": T0,
+            "window_end": T0 + dt.timedelta(minutes=1),
+            "keys": json.dumps({"venue_id": "v01", "response": "yes"}),
+            "old_value": json.dumps({"n": 1}),
+            "new_value": json.dumps({"n": 2}),
+            "late_events": 1,
+            "reason": "late data",
+            "dag_run_id": "correct-1",
+            "corrected_at": T0 + dt.timedelta(hours=1),
+        }
+    ]
+    write_deltalake(tables["rsvps.corrections"].uri, pa.Table.from_pylist(ledger, schema=LEDGER_SCHEMA))
+
     sandbox = catalog(settings, namespace="sandbox")["rsvps.silver"].uri
     write_deltalake(sandbox, silver_rows(["s1"], "sandbox-venue"))
 
@@ -226,6 +243,14 @@ def test_another_namespace(lake):
     assert list(qualified.tables) == ["sandbox.rsvps.silver@v0"]
     browsed = run_sql(lake.settings, "SELECT venue_id FROM rsvps.silver", namespace="sandbox")
     assert browsed.rows == [["sandbox-venue"]]
+
+
+def test_the_corrections_ledger_and_its_table_column(lake):
+    result = run_sql(
+        lake.settings,
+        "SELECT table, late_events, new_value FROM rsvps.corrections WHERE table LIKE 'gold/%' AND (table) IS NOT NULL",
+    )
+    assert result.rows == [["gold/venue_response_counts", 1, '{"n": 2}']]
 
 
 def test_explain(lake):
@@ -393,6 +418,15 @@ def test_table_history(lake):
     assert table_history(catalog(lake.settings)["rsvps.bronze"]) == []
 
 
+def test_table_listing_is_json_ready(lake):
+    listing = json.loads(json.dumps(table_listing(lake.settings)))
+    assert [t["name"] for t in listing] == list(catalog(lake.settings))
+    silver = next(t for t in listing if t["name"] == "rsvps.silver")
+    assert (silver["version"], silver["rows"], silver["last_operation"]) == (2, 4, "DELETE")
+    assert silver["latest_audit"]["audited_at"] == "2026-11-21T10:20:00+00:00"
+    assert next(t for t in listing if t["name"] == "rsvps.bronze")["latest_audit"] is None
+
+
 def test_latest_audits(lake):
     audits = latest_audits(lake.settings)
     assert set(audits) == {"rsvps.silver", "rsvps.gold.venue_response_counts"}
@@ -472,3 +506,32 @@ def test_cli_lists_tables(lake):
     listed = json.loads(tidewater(lake, "sql", "--tables", "--format", "json").stdout)
     silver = next(t for t in listed if t["name"] == "rsvps.silver")
     assert silver["version"] == 2 and silver["latest_audit"]["audit_id"] == "a2"
+
+
+# ---- S3 (moto) ------------------------------------------------------------------------------------
+
+
+def test_s3_lake(s3_lake_uri, s3_env, tmp_path):
+    """The same engine over an s3:// lake: storage options, commit times and the version range from S3."""
+    from tidewater.lake.storage import storage_options
+
+    settings = Settings.from_env(None, state_dir=str(tmp_path / "state"), lake_root=s3_lake_uri)
+    silver = catalog(settings)["rsvps.silver"].uri
+    assert silver.startswith("s3://")
+    options = storage_options(silver)
+    write_deltalake(silver, silver_rows(["e1", "e2"], "v1"), storage_options=options)
+    write_deltalake(silver, silver_rows(["e3"], "v2"), mode="append", storage_options=options)
+
+    latest = run_sql(settings, "SELECT event_id FROM rsvps.silver ORDER BY 1", page_size=2)
+    assert (ids(latest), latest.has_more) == (["e1", "e2"], True)
+    assert latest.tables["rsvps.silver@v1"]["commit_time"] is not None
+    old = run_sql(settings, "SELECT count(*) AS n FROM rsvps.silver VERSION AS OF 0")
+    assert old.rows == [[2]]
+    with pytest.raises(QueryRefused, match=r"rsvps.silver has versions 0\.\.1; VERSION AS OF 3 is not one"):
+        run_sql(settings, "SELECT * FROM rsvps.silver VERSION AS OF 3")
+    with pytest.raises(QueryRefused, match="has no version at 2020-01-01"):
+        run_sql(settings, "SELECT * FROM rsvps.silver TIMESTAMP AS OF '2020-01-01'")
+    info = table_info(catalog(settings)["rsvps.silver"])
+    assert (info.exists, info.version, info.rows, info.files) == (True, 1, 3, 2)
+    with pytest.raises(QueryRefused, match=r"table rsvps\.bronze has no data yet"):
+        run_sql(settings, "SELECT * FROM rsvps.bronze")

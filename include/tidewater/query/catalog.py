@@ -12,6 +12,7 @@ Nothing in this module scans data: sizes and row counts come from the Delta log'
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -26,6 +27,8 @@ from tidewater.errors import ConfigError
 from tidewater.lake.layout import PipelineLayout
 from tidewater.lake.storage import storage_options
 from tidewater.pipelines import all_pipelines
+
+log = logging.getLogger(__name__)
 
 # Same rule as Settings.validate: a namespace is one plain path segment, never "..", "/" or empty.
 NAMESPACE = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -135,8 +138,9 @@ class TableInfo:
 
 def table_info(ref: TableRef) -> TableInfo:
     """Version, rows, size, files and the last commit of ``ref``; ``exists=False`` before its first commit."""
-    info = TableInfo(name=ref.name, uri=ref.uri, exists=False, namespace=ref.namespace, pipeline=ref.pipeline)
-    info.table = ref.table
+    info = TableInfo(
+        name=ref.name, uri=ref.uri, exists=False, namespace=ref.namespace, pipeline=ref.pipeline, table=ref.table
+    )
     try:
         table = DeltaTable(ref.uri, storage_options=storage_options(ref.uri))
     except TableNotFoundError:
@@ -217,8 +221,12 @@ def latest_audits(settings: Settings, *, namespace: str | None = None) -> dict[s
             "SELECT * FROM (SELECT *, row_number() OVER (PARTITION BY table_name ORDER BY audited_at DESC) "
             "AS _tw_rank FROM audits) WHERE _tw_rank = 1"
         )
-        reader = QueryBuilder().register("audits", audits).execute(query)
-        rows = pa.RecordBatchReader.from_stream(reader).read_all().drop_columns(["_tw_rank"]).to_pylist()
+        try:
+            reader = QueryBuilder().register("audits", audits).execute(query)
+            rows = pa.RecordBatchReader.from_stream(reader).read_all().drop_columns(["_tw_rank"]).to_pylist()
+        except (DeltaError, OSError, ValueError) as exc:  # an audit table of another shape: list the tables anyway
+            log.warning("cannot read the audit table %s: %s", ref.uri, brief(exc))
+            continue
         for row in rows:
             name = by_layout.get((pipeline, row.get("table_name")))
             if name is not None:
@@ -226,13 +234,22 @@ def latest_audits(settings: Settings, *, namespace: str | None = None) -> dict[s
     return found
 
 
+def table_listing(settings: Settings, *, namespace: str | None = None) -> list[dict[str, Any]]:
+    """Every catalog table as one JSON-ready dict: :class:`TableInfo` fields plus ``latest_audit``
+    (the row of :func:`latest_audits`, or None). What a table listing page or ``--format json`` shows."""
+    audits = latest_audits(settings, namespace=namespace)
+    return [
+        {**table_info(ref).as_dict(), "latest_audit": jsonable(audits.get(name))}
+        for name, ref in catalog(settings, namespace=namespace).items()
+    ]
+
+
 # ---- small helpers shared with the engine ----------------------------------------------------------
 
 
 def commit_properties(commit: dict[str, Any]) -> dict[str, Any]:
     """The custom part of a commitInfo: what the writer labelled the commit with."""
-    extra = {k: v for k, v in commit.items() if k not in STANDARD_COMMIT_KEYS}
-    return extra
+    return {k: v for k, v in commit.items() if k not in STANDARD_COMMIT_KEYS}
 
 
 def from_millis(value: int | None) -> dt.datetime | None:

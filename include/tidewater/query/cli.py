@@ -90,14 +90,13 @@ def footer(page: int, rows: int, has_more: bool) -> str:
 
 
 def print_tables(settings: Settings, *, namespace: str | None, fmt: str) -> None:
-    from tidewater.query.catalog import catalog, jsonable, latest_audits, table_info
+    from tidewater.query.catalog import catalog, latest_audits, table_info, table_listing
 
+    if fmt == "json":
+        print(json.dumps(table_listing(settings, namespace=namespace)))
+        return
     infos = [table_info(ref) for ref in catalog(settings, namespace=namespace).values()]
     audits = latest_audits(settings, namespace=namespace)
-    if fmt == "json":
-        out = [{**info.as_dict(), "latest_audit": jsonable(audits.get(info.name))} for info in infos]
-        print(json.dumps(out))
-        return
     header = ["table", "version", "rows", "size", "files", "last commit", "operation", "latest audit"]
     rows = []
     for info in infos:
@@ -150,7 +149,8 @@ def render_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, null:
     """Aligned text; numbers right-aligned, long values cut to CELL_WIDTH."""
     cells = [[_cell(v, null) for v in row] for row in rows]
     numeric = [
-        bool(rows) and all(isinstance(row[i], int | float | decimal.Decimal) or row[i] is None for row in rows)
+        any(row[i] is not None for row in rows)
+        and all(isinstance(row[i], int | float | decimal.Decimal) or row[i] is None for row in rows)
         for i in range(len(columns))
     ]
     widths = [max([len(str(c)), *(len(row[i]) for row in cells)]) for i, c in enumerate(columns)]

@@ -13,15 +13,18 @@ Rules:
 - it is a query: ``SELECT``, ``WITH ... SELECT``, ``VALUES``, a parenthesised query, or
   ``EXPLAIN [ANALYZE] [VERBOSE]`` of one; a writing or session keyword anywhere (INSERT, UPDATE,
   DELETE, MERGE, CREATE, DROP, ALTER, COPY, TRUNCATE, SET, INTO, ...) refuses it;
-- every table reference (after FROM, JOIN, a comma of a FROM list, TABLE) is a catalog name or
-  a CTE; a string (a path or URL), any other name, or a table function refuses it. Only
-  ``unnest``, ``generate_series`` and ``range`` may appear as table functions (they read no files);
+- every table reference (after FROM, JOIN, a comma of a FROM list) is a catalog name or a CTE;
+  a string (a path or URL), any other name, or a table function (``read_parquet(...)``, and
+  also harmless ones like ``generate_series(...)``: one rule is easier to trust) refuses it;
+  ``unnest(...)`` still works in the select list;
 - time travel, Delta/Spark style, right after a table name (or after its alias):
   ``rsvps.silver [FOR] VERSION AS OF 3`` and ``rsvps.silver [FOR] TIMESTAMP AS OF '2026-11-21T10:00:00Z'``
   (``SYSTEM_VERSION`` / ``SYSTEM_TIME`` are synonyms). A timestamp without an offset is UTC.
 
 The engine also never gives DataFusion a way out: tables are registered one by one (URL tables are
-off in delta-rs' session), and the statement it runs always starts with the guarded query.
+off in delta-rs' session), and the statement it runs always starts with the guarded query. So a
+reference the guard does not see as one (``(TABLE x)`` shorthand, a dialect corner) can only reach
+a snapshot the guard registered or fail with "table not found"; it can never reach a file.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ WORD, NUMBER, STRING, QIDENT, OP = "word", "number", "string", "ident", "op"
 # Single-character operators passed through verbatim. Anything else (\, #, stray $) is refused:
 # it could start a string or comment in some SQL dialect and make DataFusion see other code.
 OPERATORS = frozenset("+-*/%=<>!|&^~,;()[]{}.:?@")
-_NUMBER = re.compile(r"\d+(?:\.\d*)?(?:[eE][+-]?\d+)?")
+_NUMBER = re.compile(r"[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?")
 _DOLLAR_TAG = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$")
 
 
@@ -119,14 +122,14 @@ def tokenize(sql: str) -> list[Token]:
             _check_unprefixed(tokens, space, i)
             add(STRING, sql[i : close + len(tag.group(0))], sql[tag.end() : close], i)
             i = close + len(tag.group(0))
-        elif c.isdigit():
+        elif "0" <= c <= "9":
             match = _NUMBER.match(sql, i)
             assert match is not None
             add(NUMBER, match.group(0), match.group(0), i)
             i = match.end()
         elif c.isalpha() or c == "_":
             j = i + 1
-            while j < n and (sql[j].isalnum() or sql[j] == "_"):
+            while j < n and (sql[j].isalpha() or "0" <= sql[j] <= "9" or sql[j] == "_"):
                 j += 1
             add(WORD, sql[i:j], sql[i:j], i)
             i = j
@@ -212,8 +215,6 @@ SESSION_KEYWORDS = frozenset({"SET", "RESET"})
 QUERY_STARTS = frozenset({"SELECT", "WITH", "VALUES"})
 # Functions whose argument syntax contains FROM (EXTRACT(YEAR FROM ts), SUBSTRING(s FROM 2), ...).
 FROM_SYNTAX_FUNCTIONS = frozenset({"EXTRACT", "SUBSTRING", "SUBSTR", "TRIM", "OVERLAY", "POSITION"})
-# Table functions that generate rows from their arguments and read no files.
-TABLE_FUNCTIONS = frozenset({"unnest", "generate_series", "range"})
 # Words that end a FROM list (after them a comma no longer introduces a table).
 FROM_LIST_END = frozenset(
     {
@@ -232,9 +233,6 @@ FROM_LIST_END = frozenset(
         "FETCH",
         "SELECT",
         "VALUES",
-        "CLUSTER",
-        "DISTRIBUTE",
-        "SORT",
     }
 )
 # Words that can follow a table but are not its alias.
@@ -260,7 +258,6 @@ NOT_ALIAS = FROM_LIST_END | {
     "FOR",
     "PIVOT",
     "UNPIVOT",
-    "APPLY",
     "AS",
 }
 
@@ -488,7 +485,7 @@ class _Walker:
             word = "" if _in_name(q, i) else token.upper
             if word == "FROM" and not scope.syntax_from and not self._distinct_from(i):
                 scope.from_list = scope.expect_table = True
-            elif word in ("JOIN", "APPLY", "TABLE"):
+            elif word == "JOIN":
                 scope.expect_table = True
             elif word in FROM_LIST_END:
                 scope.from_list = False
@@ -509,7 +506,10 @@ class _Walker:
 
     def _distinct_from(self, i: int) -> bool:
         """``a IS [NOT] DISTINCT FROM b`` compares values; its FROM names no table."""
-        return i > 0 and self.q[i - 1].upper == "DISTINCT" and i > 1 and self.q[i - 2].upper in ("IS", "NOT")
+        q = self.q
+        if not (i > 1 and q[i - 1].upper == "DISTINCT"):
+            return False
+        return q[i - 2].upper == "IS" or (i > 2 and q[i - 2].upper == "NOT" and q[i - 3].upper == "IS")
 
     def _table_item(self, i: int, scope: _Scope) -> int:
         """Check the table reference starting at ``i``; return where the walk continues."""
@@ -527,9 +527,6 @@ class _Walker:
         parts, j = self._name(i)
         written = ".".join(parts)
         if j < len(q) and q[j].is_op("("):
-            if len(parts) == 1 and parts[0].lower() in TABLE_FUNCTIONS:
-                scope.expect_table = False
-                return j  # the arguments are walked like any parentheses
             raise QueryRefused(
                 f"refused: only lake tables can be read ({self._known()}); {written}(...) is a table function, not one"
             )
