@@ -110,9 +110,8 @@ def streamed_lake(
         "malformed_rate": 0.02,
         **config,
     }
-    produce_generated(
-        settings, topic, GeneratorConfig(seed=seed, start_time_ms=parse_ts("2026-11-21T10:00:00Z"), **knobs), count
-    )
+    knobs.setdefault("start_time_ms", parse_ts("2026-11-21T10:00:00Z"))
+    produce_generated(settings, topic, GeneratorConfig(seed=seed, **knobs), count)
     run_stream(spark, settings)
     return settings
 

@@ -324,6 +324,7 @@ def cmd_pipelines(args: argparse.Namespace, settings: Settings) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from tidewater.batch import cli as batch_cli
     from tidewater.generator import cli as generator_cli
+    from tidewater.quality import cli as audit_cli
     from tidewater.query import cli as query_cli
 
     parser = argparse.ArgumentParser(
@@ -380,6 +381,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     batch_cli.register(sub)
     query_cli.register(sub)
+    audit_cli.register(sub)
     return parser
 
 

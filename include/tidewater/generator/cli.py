@@ -148,6 +148,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=d["malformed_rate"],
         help="records that are not valid JSON or break the schema (default: %(default)s)",
     )
+    mess.add_argument(
+        "--loss-rate",
+        type=float,
+        default=d["loss_rate"],
+        help="records lost before Kafka: their seq_no is skipped, the reconciliation audit reports the gap "
+        "(default: %(default)s)",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> GeneratorConfig:
@@ -171,6 +178,7 @@ def config_from_args(args: argparse.Namespace) -> GeneratorConfig:
         late_delay_ms=args.late_delay_ms,
         clock_skew_ms=tuple(args.clock_skew_ms),
         malformed_rate=args.malformed_rate,
+        loss_rate=args.loss_rate,
     )
 
 

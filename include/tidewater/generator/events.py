@@ -14,7 +14,10 @@ quarantine:
 - ``duplicate``: a re-send of an earlier event (same bytes, new Kafka record), as after a retry;
 - ``out_of_order``: the event happened a little before it was sent (within ``out_of_order_max_ms``);
 - ``late``: it happened far before it was sent (``late_delay_ms`` + a draw), beyond a watermark;
-- ``malformed``: the value is not valid JSON or violates the schema, with the reason recorded.
+- ``malformed``: the value is not valid JSON or violates the schema, with the reason recorded;
+- ``lost`` (``loss_rate``): lost upstream of Kafka, as by a crashed producer's buffer: its
+  ``seq_no`` is used up but the record is never yielded, so only a gap in its producer's sequence
+  numbers shows it (what the reconciliation audit reports).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from tidewater.errors import ConfigError
 RESPONSES = ("yes", "no", "waitlist")
 VISIBILITIES = ("public", "members")
 DELAY_DISTRIBUTIONS = ("exponential", "uniform", "fixed")
-KINDS = ("ok", "duplicate", "out_of_order", "late", "malformed")
+KINDS = ("ok", "duplicate", "out_of_order", "late", "malformed", "lost")
 # The ways a malformed record is broken, used in turn so every kind shows up in small samples.
 MALFORMED_REASONS = (
     "truncated_json",
@@ -78,16 +81,19 @@ class GeneratorConfig:
     late_delay_ms: int = 600000
     clock_skew_ms: tuple[int, ...] = ()  # one entry per producer (or empty = no skew)
     malformed_rate: float = 0.0
+    loss_rate: float = 0.0  # records never sent (count still counts them)
 
     def __post_init__(self) -> None:
-        for name in ("duplicate_rate", "out_of_order_fraction", "late_fraction", "malformed_rate"):
+        for name in ("duplicate_rate", "out_of_order_fraction", "late_fraction", "malformed_rate", "loss_rate"):
             value = getattr(self, name)
             if not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
                 raise ConfigError(f"generator {name}={value!r} must be a fraction in [0, 1]")
-        total = self.duplicate_rate + self.out_of_order_fraction + self.late_fraction + self.malformed_rate
+        total = (
+            self.duplicate_rate + self.out_of_order_fraction + self.late_fraction + self.malformed_rate + self.loss_rate
+        )
         if total > 1.0 + 1e-9:
             raise ConfigError(
-                f"generator duplicate, out-of-order, late and malformed fractions add up to {total:g}; "
+                f"generator duplicate, out-of-order, late, malformed and loss fractions add up to {total:g}; "
                 "they are shares of the same records and must add up to at most 1"
             )
         if not (isinstance(self.rate, int | float) and math.isfinite(self.rate) and self.rate > 0):
@@ -355,6 +361,7 @@ def generate(config: GeneratorConfig, count: int | None) -> Iterator[GeneratedRe
     t_bad = t_dup + config.malformed_rate
     t_late = t_bad + config.late_fraction
     t_ooo = t_late + config.out_of_order_fraction
+    t_lost = t_ooo + config.loss_rate
 
     sim_ms = 0.0  # simulated ms since start
     i = 0
@@ -383,6 +390,8 @@ def generate(config: GeneratorConfig, count: int | None) -> Iterator[GeneratedRe
                 kind = "late"
             elif u < t_ooo:
                 kind = "out_of_order"
+            elif u < t_lost:
+                kind = "lost"
             else:
                 kind = "ok"
             p = rng.randrange(config.producers)
@@ -433,9 +442,10 @@ def generate(config: GeneratorConfig, count: int | None) -> Iterator[GeneratedRe
                 event_time_ms=event_time_ms,
                 malformed_reason=reason,
             )
-            if kind != "malformed":
+            if kind not in ("malformed", "lost"):
                 recent.append(record)
-            yield record
+            if kind != "lost":
+                yield record
         sim_ms += 1000.0 / rate_at(config, sim_ms / 1000.0)
         i += 1
 

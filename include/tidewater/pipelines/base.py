@@ -9,7 +9,7 @@ batch recomputes, checkpoints) is derived from it.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -19,6 +19,7 @@ from pyspark.sql.types import StructType
 
 from tidewater import transforms
 from tidewater.connectors.kafka_client import SPARK_RECORD_DDL
+from tidewater.pipelines.contract import Constraint, Quality
 
 GoldBuilder = Callable[[DataFrame], DataFrame]
 
@@ -57,7 +58,9 @@ class Pipeline:
     payload_schema: StructType
     # silver column name -> SQL expression over the parsed payload struct ``p``
     columns: Mapping[str, str]
-    rules: tuple[transforms.Rule, ...] = ()
+    # The data contract: quarantine rules and audit expectations both derive from it (see contract.py).
+    constraints: tuple[Constraint, ...] = ()
+    rules: tuple[transforms.Rule, ...] = ()  # free-form extra quarantine rules (SQL), after the constraints'
     key: str = "event_id"
     event_time: str = "event_time"
     watermark: str = "2 minutes"
@@ -67,13 +70,21 @@ class Pipeline:
     clock_skew_tolerance: str = "5 minutes"
     # the silver (and gold) column a replay may be restricted to, e.g. one venue
     entity_column: str | None = None
+    quality: Quality = field(default_factory=Quality)
+
+    @property
+    def all_rules(self) -> tuple[transforms.Rule, ...]:
+        """Quarantine rules in the order they are tried: the contract's, then the free-form ones."""
+        return (*(c.rule() for c in self.constraints), *self.rules)
 
     # ---- pure transforms --------------------------------------------------------------------------
 
     def parse(self, bronze: DataFrame) -> DataFrame:
         """Bronze -> typed rows with lineage and ``_error`` (see :func:`transforms.parse_payload`)."""
         flatten = [F.expr(expr).alias(name) for name, expr in self.columns.items()]
-        parsed = transforms.parse_payload(bronze, payload_schema=self.payload_schema, flatten=flatten, rules=self.rules)
+        parsed = transforms.parse_payload(
+            bronze, payload_schema=self.payload_schema, flatten=flatten, rules=self.all_rules
+        )
         return parsed.withColumn(self.partition_column, F.to_date(self.event_time))
 
     @property

@@ -1,0 +1,227 @@
+"""One audit run: validate an interval's layers, reconcile its records, record and publish the results.
+
+Called by ``tidewater audit run`` (spark_jobs/audit.py) from the DAGs after each scheduled
+interval, backfill, replay and correction. Every suite's result becomes a row of the pipeline's
+audit table (:mod:`tidewater.quality.audit_log`), all sharing the run's ``audit_id`` and its Data
+Docs report; the run then fails (:class:`AuditFailedError`) if any suite failed, naming the failed
+expectations, so the Airflow task turns red with the reason in its log.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import math
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from tidewater.batch.interval import Interval, iso
+from tidewater.config import Settings
+from tidewater.errors import ConfigError, TidewaterError
+from tidewater.lake.layout import PipelineLayout
+from tidewater.lake.tables import LakeTable
+from tidewater.pipelines.base import Pipeline
+from tidewater.quality import frames as fr
+from tidewater.quality import reports, suites
+from tidewater.quality.audit_log import AUDIT_SCHEMA, AuditRow, to_arrow
+from tidewater.quality.reconcile import reconcile
+from tidewater.quality.validate import SuiteOutcome, SuiteRunner
+
+log = logging.getLogger(__name__)
+
+GOLD = "gold"
+CHECKS = (suites.BRONZE, suites.RECORDS, suites.SILVER, suites.RECONCILIATION, GOLD)
+TRIGGERS = ("scheduled", "backfill", "replay", "correction", "manual")
+
+
+class AuditFailedError(TidewaterError):
+    """A suite or reconciliation of the audited interval failed (details in the audit table and report)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class AuditRequest:
+    pipeline: Pipeline
+    interval: Interval
+    checks: tuple[str, ...] = CHECKS
+    namespace: str | None = None
+    trigger: str = "manual"
+    dag_id: str = ""
+    dag_run_id: str = ""
+    task_id: str = ""
+
+    def __post_init__(self) -> None:
+        unknown = [c for c in self.checks if c not in CHECKS]
+        if unknown or not self.checks:
+            raise ConfigError(f"audit checks {unknown or '(none)'} are not among {', '.join(CHECKS)}")
+        if self.trigger not in TRIGGERS:
+            raise ConfigError(f"audit trigger {self.trigger!r} is not one of {', '.join(TRIGGERS)}")
+
+
+@dataclass(frozen=True)
+class AuditResult:
+    audit_id: str
+    pipeline: str
+    namespace: str
+    interval: Interval
+    rows: list[AuditRow]
+    report_path: str
+    report_uri: str
+    seconds: float
+    blocking: tuple[str, ...] = field(default=())
+
+    @property
+    def success(self) -> bool:
+        return all(r.success for r in self.rows)
+
+    @property
+    def blocking_failures(self) -> list[AuditRow]:
+        return [r for r in self.rows if not r.success and r.blocking]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "audit_id": self.audit_id,
+            "pipeline": self.pipeline,
+            "namespace": self.namespace,
+            "interval": [iso(self.interval.start), iso(self.interval.end)],
+            "success": self.success,
+            "blocking_failed": [r.suite for r in self.blocking_failures],
+            "suites": {
+                r.suite: {"success": r.success, "rows": r.rows, "failures": list(r.failures)} for r in self.rows
+            },
+            "report": self.report_uri,
+            "seconds": self.seconds,
+        }
+
+    def summary(self) -> str:
+        failed = [r for r in self.rows if not r.success]
+        where = f"{self.pipeline} [{iso(self.interval.start)}, {iso(self.interval.end)})"
+        if not failed:
+            return f"audit of {where}: {len(self.rows)} suites passed; report {self.report_uri}"
+        parts = "; ".join(f"{r.suite} failed: {' | '.join(r.failures[:3])}" for r in failed)
+        held = " (blocks gold)" if self.blocking_failures else ""
+        return f"audit of {where}{held}: {parts}; report {self.report_uri}"
+
+
+def run_audit(spark: SparkSession, settings: Settings, request: AuditRequest) -> AuditResult:
+    began = time.monotonic()
+    pipeline = request.pipeline
+    layout = PipelineLayout.of(settings, pipeline, request.namespace)
+    if not layout.table("bronze").exists():
+        raise ConfigError(f"nothing to audit: no bronze table at {layout.table_uri('bronze')} yet")
+    now = dt.datetime.now(dt.UTC)
+    audit_id = reports.report_id(
+        request.dag_id or "manual", request.task_id, request.dag_run_id, now.strftime("%Y%m%dT%H%M%S%fZ")
+    )
+    wanted = set(request.checks)
+    frames = fr.read_interval(spark, layout, request.interval, gold=GOLD in wanted, silver=suites.SILVER in wanted)
+    outcomes: list[tuple[str, SuiteOutcome]] = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="tidewater-docs-") as docs:
+            runner = SuiteRunner(Path(docs), run_name=request.dag_run_id or audit_id)
+            layer_frames = {suites.BRONZE: frames.bronze, suites.RECORDS: frames.records, suites.SILVER: frames.silver}
+            for layer in (suites.BRONZE, suites.RECORDS, suites.SILVER):
+                if layer in wanted:
+                    params = _row_bounds(pipeline, request.interval) if layer == suites.SILVER else {}
+                    outcome = runner.validate(
+                        suites.load_suite(pipeline, layer), layer_frames[layer], layer=layer, parameters=params
+                    )
+                    outcomes.append((layer, _with_rows(outcome, layer_frames[layer].count())))
+            if GOLD in wanted:
+                for name, frame in sorted(frames.gold.items()):
+                    outcome = runner.validate(suites.load_suite(pipeline, name), frame, layer=name)
+                    outcomes.append((name, _with_rows(outcome, frame.count())))
+            reconciliation = reconcile(spark, layout, frames) if suites.RECONCILIATION in wanted else None
+            report_path = reports.publish(Path(docs), layout, audit_id)
+    finally:
+        frames.unpersist()
+    blocking = set(pipeline.quality.blocking_suites)
+    base = {
+        "audit_id": audit_id,
+        "pipeline": pipeline.name,
+        "namespace": layout.namespace,
+        "interval_start": request.interval.start,
+        "interval_end": request.interval.end,
+        "trigger": request.trigger,
+        "dag_id": request.dag_id,
+        "dag_run_id": request.dag_run_id,
+        "task_id": request.task_id,
+        "report_path": report_path,
+        "audited_at": now,
+    }
+    rows = [
+        AuditRow(
+            **base,
+            suite=o.suite,
+            table_name=layer,
+            success=o.success,
+            rows=o.rows,
+            expectations=o.expectations,
+            failed_expectations=len(o.failures),
+            failures=o.failures,
+            counts={"unexpected": o.unexpected},
+            blocking=layer in blocking,
+        )
+        for layer, o in outcomes
+    ]
+    if reconciliation is not None:
+        rows.append(
+            AuditRow(
+                **base,
+                suite=suites.suite_name(pipeline, suites.RECONCILIATION),
+                table_name="bronze",
+                success=reconciliation.success,
+                rows=int(reconciliation.counts["bronze_rows"]),
+                expectations=reconciliation.checks,
+                failed_expectations=len(reconciliation.failures),
+                failures=reconciliation.failures,
+                counts=reconciliation.counts,
+                blocking=suites.RECONCILIATION in blocking,
+            )
+        )
+    table = LakeTable(layout.audit_uri())
+    with layout.audit_lock().hold(f"audit {audit_id}"):
+        table.ensure(AUDIT_SCHEMA, description="tidewater data-quality and reconciliation audit results")
+        table.append_arrow(
+            to_arrow(rows), metadata={"tidewater.audit_id": audit_id, "tidewater.run_id": request.dag_run_id}
+        )
+    result = AuditResult(
+        audit_id=audit_id,
+        pipeline=pipeline.name,
+        namespace=layout.namespace,
+        interval=request.interval,
+        rows=rows,
+        report_path=report_path,
+        report_uri=f"{settings.lake_uri.rstrip('/')}/{report_path}",
+        seconds=round(time.monotonic() - began, 3),
+    )
+    log.info("%s", result.summary())
+    return result
+
+
+def _row_bounds(pipeline: Pipeline, interval: Interval) -> dict[str, Any]:
+    """Row-count bounds of the silver suite for this interval's length (declared per hour)."""
+    hours = (interval.end - interval.start).total_seconds() / 3600
+    low, high = pipeline.quality.rows_per_hour
+    params: dict[str, Any] = {}
+    if low is not None:
+        params[suites.MIN_ROWS] = math.floor(low * hours)
+    if high is not None:
+        params[suites.MAX_ROWS] = math.ceil(high * hours)
+    return params
+
+
+def _with_rows(outcome: SuiteOutcome, rows: int) -> SuiteOutcome:
+    return SuiteOutcome(
+        layer=outcome.layer,
+        suite=outcome.suite,
+        success=outcome.success,
+        rows=rows,
+        expectations=outcome.expectations,
+        failures=outcome.failures,
+        unexpected=outcome.unexpected,
+    )

@@ -1,0 +1,106 @@
+"""What an audit of one interval looks at, read with the pipeline's own transforms (no writes).
+
+Two selections, because the layers are keyed by different clocks:
+
+* by **arrival** (Kafka timestamp in ``[start, end)``): the bronze records, the same records parsed
+  (``records``: before quarantine and de-duplication) and their quarantine rows. The reconciliation
+  follows these records to silver and quarantine, wherever their event times fall.
+* by **event time** in ``[start, end)``: silver rows, and gold windows starting in the interval
+  (what the scheduled batch rebuilt).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from tidewater.batch import sources
+from tidewater.batch.interval import Interval, parse_duration
+from tidewater.batch.predicates import Selection
+from tidewater.lake.layout import PipelineLayout
+from tidewater.lake.reads import read_table
+from tidewater.quality.suites import lead_columns
+
+
+@dataclass
+class IntervalFrames:
+    interval: Interval
+    bronze: DataFrame
+    records: DataFrame  # parsed bronze, with ``_error`` (null for a valid record)
+    silver: DataFrame
+    gold: dict[str, DataFrame]  # "gold/<name>" -> windows starting in the interval
+
+    def unpersist(self) -> None:
+        for frame in (self.bronze, self.records, self.silver, *self.gold.values()):
+            frame.unpersist()
+
+
+def read_interval(
+    spark: SparkSession, layout: PipelineLayout, interval: Interval, *, gold: bool = True, silver: bool = True
+) -> IntervalFrames:
+    """Every frame of the interval, cached: each feeds several expectations and the reconciliation."""
+    pipeline = layout.pipeline
+    since = interval.start - parse_duration(pipeline.clock_skew_tolerance)
+    bronze = sources.bronze_since(spark, layout.table("bronze"), since)
+    bronze = bronze.where(F.col("kafka_timestamp") < F.lit(interval.end)).where(
+        F.col("kafka_timestamp") >= F.lit(interval.start)
+    )
+    bronze = _cache(bronze)
+    records = _cache(with_leads(layout, pipeline.parse(bronze)))
+    silver_frame = spark.createDataFrame([], "x int")
+    if silver:
+        selection = Selection(pipeline.event_time, interval, None, ())
+        silver_frame = _cache(
+            with_leads(layout, sources.silver_for(spark, layout.table("silver"), pipeline, selection))
+        )
+    gold_frames: dict[str, DataFrame] = {}
+    if gold:
+        windows = Selection("window_start", interval, None, ())
+        for table in pipeline.gold:
+            name = f"gold/{table.name}"
+            if layout.table(name).exists():
+                gold_frames[name] = _cache(read_table(spark, layout.table_uri(name)).where(windows.column()))
+    return IntervalFrames(interval=interval, bronze=bronze, records=records, silver=silver_frame, gold=gold_frames)
+
+
+def with_leads(layout: PipelineLayout, frame: DataFrame) -> DataFrame:
+    """Add the derived columns some expectations validate (event time ahead of ingestion, seconds)."""
+    for constraint in lead_columns(layout.pipeline):
+        lead = F.col(constraint.column).cast("double") - F.col("ingest_time").cast("double")
+        frame = frame.withColumn(constraint.lead_column, lead)
+    return frame
+
+
+def quarantine_of(spark: SparkSession, layout: PipelineLayout, interval: Interval) -> DataFrame | None:
+    """Quarantine rows of records that arrived in the interval (None: no quarantine table yet)."""
+    table = layout.table("quarantine")
+    if not table.exists():
+        return None
+    first = (interval.start - dt.timedelta(days=1)).date().isoformat()
+    dates = sorted({d for f in table.files() if (d := f.partition_values.get("quarantine_date")) and d >= first})
+    rows = read_table(spark, table.uri, partition_filter={"quarantine_date": dates})
+    return rows.where(
+        (F.col("kafka_timestamp") >= F.lit(interval.start)) & (F.col("kafka_timestamp") < F.lit(interval.end))
+    )
+
+
+def silver_of_records(spark: SparkSession, layout: PipelineLayout, records: DataFrame) -> DataFrame | None:
+    """Silver rows in the event-date partitions the interval's valid records fall in."""
+    pipeline = layout.pipeline
+    table = layout.table("silver")
+    if not table.exists():
+        return None
+    dates = [
+        r[0].isoformat()
+        for r in records.where(F.col("_error").isNull()).select(pipeline.partition_column).distinct().collect()
+        if r[0] is not None
+    ]
+    return read_table(spark, table.uri, partition_filter={pipeline.partition_column: dates})
+
+
+def _cache(frame: DataFrame) -> DataFrame:
+    return frame.persist(StorageLevel.MEMORY_AND_DISK)

@@ -1,0 +1,150 @@
+"""Reconciliation of one arrival interval: every record Kafka took is accounted for, exactly once.
+
+* **offsets**: per partition, the offsets of the interval's bronze rows span ``max - min + 1``
+  offsets; bronze must hold exactly that many distinct rows in the span (a hole is a record the
+  stream lost, a surplus a duplicate write). Kafka offsets of a non-transactional topic are dense.
+* **bronze = silver + duplicates removed + quarantined**: each record is followed by its lineage
+  (topic, partition, offset): kept in silver, or a re-send of an event silver holds from another
+  record, or quarantined. What is none of these was lost between bronze and silver; a quarantine
+  row without a rejected record (or a rejected record without its row) is counted too.
+* **sequence gaps**: per producer, seq_no values missing between the lowest and highest of the
+  interval's first copies: records lost upstream of Kafka (or unreadable ones: records whose
+  producer_id/seq_no did not parse cannot be attributed and are counted beside the gaps).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from tidewater.batch import sources
+from tidewater.lake.layout import PipelineLayout
+from tidewater.quality import frames as fr
+
+_LINEAGE = ("kafka_topic", "kafka_partition", "kafka_offset")
+
+
+@dataclass(frozen=True)
+class Reconciliation:
+    counts: dict[str, Any]
+    failures: list[str] = field(default_factory=list)
+    checks: int = 4
+
+    @property
+    def success(self) -> bool:
+        return not self.failures
+
+
+def reconcile(spark: SparkSession, layout: PipelineLayout, frames: fr.IntervalFrames) -> Reconciliation:
+    pipeline = layout.pipeline
+    records = frames.records.select(*_LINEAGE, pipeline.key, "producer_id", "seq_no", "_error")
+    counts: dict[str, Any] = {}
+    failures: list[str] = []
+
+    # Offsets: the span the interval's records cover per partition, and bronze rows inside it.
+    spans = frames.bronze.groupBy("partition").agg(F.min("offset").alias("lo"), F.max("offset").alias("hi")).collect()
+    span = sum(r["hi"] - r["lo"] + 1 for r in spans)
+    in_span = _bronze_in_spans(spark, layout, frames, spans)
+    counts["bronze_rows"] = frames.bronze.count()
+    counts["offset_span"] = span
+    counts["bronze_rows_in_span"] = in_span["rows"]
+    counts["bronze_distinct_offsets_in_span"] = in_span["distinct"]
+    if in_span["distinct"] != span:
+        failures.append(
+            f"offsets: bronze holds {in_span['distinct']} of the {span} offsets Kafka assigned (records lost)"
+        )
+    if in_span["rows"] != in_span["distinct"]:
+        failures.append(f"offsets: {in_span['rows'] - in_span['distinct']} Kafka records are in bronze more than once")
+
+    # Bronze = silver + duplicates removed + quarantined.
+    valid = records.where(F.col("_error").isNull())
+    rejected = records.where(F.col("_error").isNotNull())
+    silver = fr.silver_of_records(spark, layout, frames.records)
+    kept = dup = phantom = 0
+    missing = valid.count()
+    resent = valid.limit(0).select(*_LINEAGE)
+    if silver is not None:
+        silver_lineage = silver.select(*_LINEAGE)
+        not_kept = valid.join(silver_lineage, on=list(_LINEAGE), how="left_anti")
+        kept = missing - not_kept.count()
+        # Not kept, but silver holds the event (from another record): a re-send removed by de-duplication.
+        resent = not_kept.join(silver.select(pipeline.key).distinct(), on=pipeline.key, how="left_semi")
+        dup = resent.count()
+        missing -= kept + dup
+        interval = frames.interval
+        arrived = silver.where(
+            (F.col("kafka_timestamp") >= F.lit(interval.start)) & (F.col("kafka_timestamp") < F.lit(interval.end))
+        )
+        phantom = arrived.select(*_LINEAGE).join(records, on=list(_LINEAGE), how="left_anti").count()
+    quarantine = fr.quarantine_of(spark, layout, frames.interval)
+    rejected_count = rejected.count()
+    quarantined = 0
+    stray = 0
+    if quarantine is not None:
+        q = quarantine.select(*_LINEAGE).distinct()
+        quarantined = rejected.select(*_LINEAGE).join(q, on=list(_LINEAGE), how="left_semi").count()
+        stray = q.join(records.select(*_LINEAGE), on=list(_LINEAGE), how="left_anti").count()
+    counts.update(
+        silver_rows=kept,
+        duplicates_removed=dup,
+        quarantined=quarantined,
+        rejected_records=rejected_count,
+        lost_before_silver=missing,
+        silver_rows_without_bronze=phantom,
+        quarantine_rows_without_bronze=stray,
+    )
+    accounted = kept + dup + quarantined
+    if accounted != counts["bronze_rows"]:
+        failures.append(
+            f"bronze {counts['bronze_rows']} != silver {kept} + duplicates removed {dup} + quarantined {quarantined}"
+            f" ({missing} valid records missing from silver, {rejected_count - quarantined} rejected records "
+            "missing from quarantine)"
+        )
+    if phantom or stray:
+        failures.append(f"{phantom} silver and {stray} quarantine rows point at records bronze does not hold")
+
+    # Per-producer sequence gaps over first copies (a re-send repeats an old seq_no).
+    firsts = records.where(F.col("producer_id").isNotNull() & F.col("seq_no").isNotNull()).join(
+        resent.select(*_LINEAGE), on=list(_LINEAGE), how="left_anti"
+    )
+    per_producer = (
+        firsts.groupBy("producer_id")
+        .agg(F.min("seq_no").alias("first"), F.max("seq_no").alias("last"), F.countDistinct("seq_no").alias("seen"))
+        .collect()
+    )
+    gaps = {r["producer_id"]: int(r["last"] - r["first"] + 1 - r["seen"]) for r in per_producer}
+    unattributed = records.where(F.col("producer_id").isNull() | F.col("seq_no").isNull()).count()
+    counts["seq_gaps"] = {p: g for p, g in sorted(gaps.items()) if g}
+    counts["seq_ranges"] = {r["producer_id"]: [int(r["first"]), int(r["last"])] for r in per_producer}
+    counts["records_without_producer_seq"] = unattributed
+    total_gaps = sum(gaps.values())
+    if total_gaps > unattributed:
+        detail = ", ".join(f"{p}: {g}" for p, g in sorted(gaps.items()) if g)
+        failures.append(
+            f"seq_no gaps: {total_gaps} sequence numbers never reached Kafka ({detail}); "
+            f"only {unattributed} unreadable records could explain them: data lost upstream of Kafka"
+        )
+    return Reconciliation(counts=counts, failures=failures)
+
+
+def _bronze_in_spans(
+    spark: SparkSession, layout: PipelineLayout, frames: fr.IntervalFrames, spans: list[Any]
+) -> dict[str, int]:
+    """Rows and distinct offsets bronze holds inside each partition's span, whatever their timestamps
+    (records of a producer whose clock lags can sit inside the span with older timestamps)."""
+    if not spans:
+        return {"rows": 0, "distinct": 0}
+    cond = None
+    for r in spans:
+        part = (F.col("partition") == r["partition"]) & F.col("offset").between(r["lo"], r["hi"])
+        cond = part if cond is None else cond | part
+    since = frames.interval.start - (frames.interval.end - frames.interval.start) - dt.timedelta(days=1)
+    bronze = sources.bronze_since(spark, layout.table("bronze"), since).where(cond)
+    row = bronze.agg(
+        F.count(F.lit(1)).alias("rows"), F.countDistinct("partition", "offset").alias("distinct")
+    ).collect()[0]
+    return {"rows": int(row["rows"]), "distinct": int(row["distinct"])}

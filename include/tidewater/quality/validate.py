@@ -1,0 +1,134 @@
+"""Run expectation suites with Great Expectations on Spark DataFrames and keep what a reader needs.
+
+One ephemeral GX context per audit run: the suites come from the repository (see
+:mod:`tidewater.quality.suites`), the data are the run's cached DataFrames, and every validation
+goes through a checkpoint whose action renders Data Docs into a local folder that
+:mod:`tidewater.quality.reports` then publishes to the lake.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame
+
+# GX would otherwise try to send usage analytics (a closed network makes that a slow timeout).
+os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+
+DOCS_SITE = "tidewater"
+_SAMPLE = 3  # unexpected values quoted in a failure line
+
+
+@dataclass(frozen=True)
+class SuiteOutcome:
+    layer: str
+    suite: str
+    success: bool
+    rows: int
+    expectations: int
+    failures: list[str] = field(default_factory=list)  # "expectation(column): what was seen"
+    unexpected: dict[str, int] = field(default_factory=dict)  # expectation(column) -> unexpected count
+
+
+class SuiteRunner:
+    """Validates frames against suites and renders Data Docs for each into ``docs_dir``."""
+
+    def __init__(self, docs_dir: Path, *, run_name: str) -> None:
+        import great_expectations as gx
+        from great_expectations.data_context.types.base import ProgressBarsConfig
+
+        self._gx = gx
+        self.run_name = run_name
+        self.context = gx.get_context(mode="ephemeral")
+        self.context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
+        self.context.add_data_docs_site(
+            site_name=DOCS_SITE,
+            site_config={
+                "class_name": "SiteBuilder",
+                "store_backend": {"class_name": "TupleFilesystemStoreBackend", "base_directory": str(docs_dir)},
+                "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+            },
+        )
+        self.source = self.context.data_sources.add_spark("tidewater")
+
+    def validate(
+        self, suite_json: dict[str, Any], frame: DataFrame, *, layer: str, parameters: dict[str, Any] | None = None
+    ) -> SuiteOutcome:
+        from great_expectations.checkpoint import UpdateDataDocsAction
+        from great_expectations.core.run_identifier import RunIdentifier
+        from great_expectations.expectations.expectation_configuration import ExpectationConfiguration
+
+        gx = self._gx
+        name = suite_json["name"]
+        suite = gx.ExpectationSuite(
+            name=name,
+            expectations=[ExpectationConfiguration(**e).to_domain_obj() for e in suite_json["expectations"]],
+            meta=suite_json.get("meta", {}),
+        )
+        suite = self.context.suites.add(suite)
+        asset = self.source.add_dataframe_asset(layer.replace("/", "."))
+        batch = asset.add_batch_definition_whole_dataframe("interval")
+        definition = self.context.validation_definitions.add(
+            gx.ValidationDefinition(name=name, data=batch, suite=suite)
+        )
+        checkpoint = self.context.checkpoints.add(
+            gx.Checkpoint(
+                name=f"audit {name}",
+                validation_definitions=[definition],
+                actions=[UpdateDataDocsAction(name="data_docs", site_names=[DOCS_SITE])],
+                result_format={"result_format": "SUMMARY", "partial_unexpected_count": _SAMPLE},
+            )
+        )
+        result = checkpoint.run(
+            batch_parameters={"dataframe": frame},
+            expectation_parameters=parameters or {},
+            run_id=RunIdentifier(run_name=self.run_name),
+        )
+        (validation,) = result.run_results.values()
+        return outcome(layer, name, validation)
+
+
+def outcome(layer: str, suite: str, validation: Any) -> SuiteOutcome:
+    """Summarise a GX validation result: which expectations failed and what they saw."""
+    failures: list[str] = []
+    unexpected: dict[str, int] = {}
+    rows = 0
+    for r in validation.results:
+        config = r.expectation_config
+        label = describe(config.type, config.kwargs)
+        result = r.result or {}
+        rows = max(rows, int(result.get("element_count") or 0))
+        if result.get("unexpected_count") is not None:
+            unexpected[label] = int(result["unexpected_count"])
+        if r.success:
+            continue
+        if r.exception_info and r.exception_info.get("raised_exception"):
+            failures.append(f"{label}: could not be evaluated: {r.exception_info.get('exception_message')}")
+        elif result.get("unexpected_count") is not None:
+            sample = ", ".join(repr(v) for v in (result.get("partial_unexpected_list") or [])[:_SAMPLE])
+            failures.append(
+                f"{label}: {result['unexpected_count']} of {result.get('element_count')} rows unexpected "
+                f"({result.get('unexpected_percent', 0):.2f}%)" + (f", e.g. {sample}" if sample else "")
+            )
+        else:
+            failures.append(f"{label}: observed {result.get('observed_value')!r}")
+    return SuiteOutcome(
+        layer=layer,
+        suite=suite,
+        success=bool(validation.success),
+        rows=rows,
+        expectations=len(validation.results),
+        failures=failures,
+        unexpected=unexpected,
+    )
+
+
+def describe(kind: str, kwargs: dict[str, Any]) -> str:
+    """``expect_column_values_to_be_in_set(response)``: the name a failure is reported under."""
+    target = kwargs.get("column") or ",".join(kwargs.get("column_list") or ())
+    if not target and kwargs.get("column_A"):
+        target = f"{kwargs['column_A']},{kwargs['column_B']}"
+    return f"{kind}({target})" if target else kind
