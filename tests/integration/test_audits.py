@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
+from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
@@ -108,7 +109,7 @@ def test_clean_data_passes_every_suite_and_reconciles(spark, clean: Settings) ->
     assert len(rows) == 6 and all(r["success"] for r in rows)
     assert {r["dag_run_id"] for r in rows} == {result.rows[0].dag_run_id}
     index = join(clean.lake_uri, result.report_path).removeprefix("file://")
-    html = open(index, encoding="utf-8").read()
+    html = Path(index).read_text(encoding="utf-8")
     assert "rsvps.silver" in html and "rsvps.records" in html
 
 

@@ -226,6 +226,7 @@ def create_app() -> FastAPI:
                 "page_size": result.page_size,
                 "has_more": result.has_more,
                 "tables": json_value(result.tables),
+                "types": list(getattr(result, "types", [])),
                 "elapsed_s": result.elapsed_s,
             }
         )

@@ -14,6 +14,7 @@ from urllib.parse import quote, urlencode
 
 from jinja2 import ChainableUndefined, DictLoader, Environment, select_autoescape
 
+from tidewater.ui import URL_PREFIX
 from tidewater.ui import format as fmt
 from tidewater.ui.reports import report_href
 
@@ -140,7 +141,11 @@ _AUDITS = """{% extends "layout" %}{% block content %}
 <td>{% if a.failed_expectations %}{{ a.failed_expectations }}/{{ a.expectations }}
 {% for f in (a.failures or [])[:3] %}<br><span class="muted">{{ f }}</span>{% endfor %}{% else %}
 <span class="muted">0/{{ a.expectations }}</span>{% endif %}</td>
-<td>{{ a.dag_id }}<br><span class="muted">{{ a.dag_run_id }}</span></td>
+<td>{% if a.dag_id and a.dag_run_id %}
+<a href="{{ airflow_root }}/dags/{{ a.dag_id | urlpart }}/runs/{{ a.dag_run_id | urlpart }}" target="_top"
+ class="dag-run">{{ a.dag_id }}</a>
+{% else %}{{ a.dag_id }}{% endif %}<br>
+<span class="muted">{{ a.dag_run_id }}</span></td>
 <td>{% if a.report_path %}<a class="report" href="{{ a.report_path | report }}">report</a>{% endif %}</td></tr>
 {% else %}<tr><td colspan="9" class="muted">no audits{% if dag_id %} for this run{% endif %}</td></tr>{% endfor %}
 </tbody></table>
@@ -209,6 +214,8 @@ class Pages:
 
     def __init__(self, root: str, namespace: str, namespace_param: str | None = None) -> None:
         self.root = root.rstrip("/")
+        # Airflow's own UI is served from the same root this app is mounted under (DAG run links).
+        self.airflow_root = self.root.removesuffix(URL_PREFIX)
         self.namespace = namespace
         self.namespace_param = namespace_param or ""
         self.ns_query = f"?{urlencode({'namespace': namespace_param})}" if namespace_param else ""
@@ -220,6 +227,7 @@ class Pages:
             active=active,
             nav=NAV,
             root=self.root,
+            airflow_root=self.airflow_root,
             namespace=self.namespace,
             namespace_param=self.namespace_param,
             ns_query=self.ns_query,
