@@ -1,9 +1,12 @@
 """Scheduled batch recompute, one DAG per pipeline: ``tidewater_batch_<pipeline>``.
 
 For its data interval, once ``TIDEWATER_BATCH_SETTLE_MINUTES`` have passed since it ended (its
-events have reached silver, its windows are behind the watermark), recompute silver and gold from
-bronze with the streaming job's own transforms, replacing exactly that interval (a rerun gives the
-same tables). Catchup is on, so Airflow's backfill (CLI, REST API, UI) fills any range;
+events have reached silver, its windows are behind the watermark), recompute silver from bronze
+with the streaming job's own transforms, replacing exactly that interval (a rerun gives the same
+tables); audit it (Great Expectations suites of bronze, the arriving records and silver, plus the
+reconciliation; results in the audit table, Data Docs linked from the audit task); ``gold_gate``
+holds gold back if a suite the pipeline declares blocking failed; otherwise publish the interval's
+gold (recomputed from silver) and audit it. Catchup is on, so Airflow's backfill (CLI, REST API, UI) fills any range;
 ``max_active_runs`` keeps a backfill from starving the schedule. The interval's writes hold the
 tables' locks, so they never interleave with the live stream's commits.
 """
@@ -11,13 +14,15 @@ tables' locks, so they never interleave with the live stream's commits.
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 from airflow.providers.standard.sensors.time_delta import TimeDeltaSensor
 from airflow.sdk import DAG, CronDataIntervalTimetable, task
+from airflow.utils.trigger_rule import TriggerRule
 
 from tidewater.config import Settings
 from tidewater.orchestration import tasks
-from tidewater.orchestration.operators import TidewaterSparkJobOperator
+from tidewater.orchestration.operators import TidewaterAuditOperator, TidewaterSparkJobOperator
 from tidewater.pipelines import all_pipelines
 
 settings = Settings.from_env()
@@ -43,15 +48,29 @@ for name, pipeline in sorted(all_pipelines().items()):
         doc_md=__doc__,
     ):
 
-        @task(task_id="plan_interval")
+        @task(task_id="plan_interval", multiple_outputs=True)
         def plan(
             pipeline: str = name,
             data_interval_start: dt.datetime | None = None,
             data_interval_end: dt.datetime | None = None,
             run_id: str | None = None,
-        ) -> list[str]:
-            assert run_id is not None
-            return tasks.interval_args(pipeline, data_interval_start, data_interval_end, run_id)
+            dag_run: Any = None,
+        ) -> dict[str, Any]:
+            assert run_id is not None and dag_run is not None
+            return tasks.interval_plan(
+                pipeline,
+                data_interval_start,
+                data_interval_end,
+                run_id,
+                dag_id=dag_run.dag_id,
+                run_type=dag_run.run_type,
+            )
+
+        # Runs once the audit finished (passed or failed), and fails if a blocking suite failed.
+        @task(task_id="gold_gate", trigger_rule=TriggerRule.NONE_SKIPPED)
+        def gate(pipeline: str = name, run_id: str | None = None, dag_run: Any = None) -> dict[str, Any]:
+            assert run_id is not None and dag_run is not None
+            return tasks.gold_gate(pipeline, dag_run.dag_id, run_id, "audit_interval")
 
         settle = TimeDeltaSensor(
             task_id="wait_for_late_data",
@@ -60,4 +79,8 @@ for name, pipeline in sorted(all_pipelines().items()):
         )
         planned = plan()
         settle >> planned
-        TidewaterSparkJobOperator(task_id="recompute", job="batch", job_args=planned)
+        silver = TidewaterSparkJobOperator(task_id="recompute_silver", job="batch", job_args=planned["silver"])
+        audit = TidewaterAuditOperator(task_id="audit_interval", job_args=planned["audit"])
+        gold = TidewaterSparkJobOperator(task_id="publish_gold", job="batch", job_args=planned["gold"])
+        silver >> audit >> gate() >> gold
+        gold >> TidewaterAuditOperator(task_id="audit_gold", job_args=planned["audit_gold"])

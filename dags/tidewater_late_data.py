@@ -14,7 +14,7 @@ from airflow.sdk import DAG, Param, task
 
 from tidewater.config import Settings
 from tidewater.orchestration import tasks
-from tidewater.orchestration.operators import TidewaterSparkJobOperator
+from tidewater.orchestration.operators import TidewaterAuditOperator, TidewaterSparkJobOperator
 from tidewater.pipelines import all_pipelines
 
 settings = Settings.from_env()
@@ -37,14 +37,17 @@ with DAG(
 ):
     for name in sorted(all_pipelines()):
 
-        @task(task_id=f"plan_{name}")
+        @task(task_id=f"plan_{name}", multiple_outputs=True)
         def plan(
             pipeline: str = name,
             params: dict | None = None,
             data_interval_end: dt.datetime | None = None,
             run_id: str | None = None,
-        ) -> list[str]:
+        ) -> dict[str, list[str]]:
             assert run_id is not None
-            return tasks.correction_args(pipeline, params or {}, data_interval_end, run_id)
+            dag_id = "tidewater_correct_late_data"
+            return tasks.correction_plan(pipeline, params or {}, data_interval_end, run_id, dag_id=dag_id)
 
-        TidewaterSparkJobOperator(task_id=f"correct_{name}", job="batch", job_args=plan())
+        planned = plan()
+        correct = TidewaterSparkJobOperator(task_id=f"correct_{name}", job="batch", job_args=planned["correct"])
+        correct >> TidewaterAuditOperator(task_id=f"audit_{name}", job_args=planned["audit"])

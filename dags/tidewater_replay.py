@@ -14,7 +14,7 @@ import datetime as dt
 from airflow.sdk import DAG, Param, task
 
 from tidewater.orchestration import tasks
-from tidewater.orchestration.operators import TidewaterSparkJobOperator
+from tidewater.orchestration.operators import TidewaterAuditOperator, TidewaterSparkJobOperator
 from tidewater.pipelines import all_pipelines
 
 PIPELINES = sorted(all_pipelines())
@@ -40,9 +40,11 @@ with DAG(
     doc_md=__doc__,
 ):
 
-    @task(task_id="validate")
-    def validate(params: dict | None = None, run_id: str | None = None) -> list[str]:
+    @task(task_id="validate", multiple_outputs=True)
+    def validate(params: dict | None = None, run_id: str | None = None) -> dict[str, list[str]]:
         assert params is not None and run_id is not None
-        return tasks.replay_args(params, run_id)
+        return tasks.replay_plan(params, run_id, dag_id="tidewater_replay")
 
-    TidewaterSparkJobOperator(task_id="replay", job="batch", job_args=validate())
+    planned = validate()
+    replay = TidewaterSparkJobOperator(task_id="replay", job="batch", job_args=planned["replay"])
+    replay >> TidewaterAuditOperator(task_id="audit", job_args=planned["audit"])

@@ -34,10 +34,20 @@ def test_expected_dags_and_tasks(integrity: dict[str, Any]) -> None:
     pipelines = sorted(all_pipelines())
     assert dags["tidewater_supervise_streams"] == [f"supervise_{p}" for p in pipelines]
     assert dags["tidewater_stream_control"] == ["control"]
-    assert dags["tidewater_replay"] == ["replay", "validate"]
+    assert dags["tidewater_replay"] == ["audit", "replay", "validate"]
     assert dags["tidewater_maintenance"] == [f"maintain_{p}" for p in pipelines]
     assert sorted(dags["tidewater_correct_late_data"]) == sorted(
-        [f"plan_{p}" for p in pipelines] + [f"correct_{p}" for p in pipelines]
+        [f"plan_{p}" for p in pipelines] + [f"correct_{p}" for p in pipelines] + [f"audit_{p}" for p in pipelines]
     )
     for pipeline in pipelines:
-        assert dags[f"tidewater_batch_{pipeline}"] == ["plan_interval", "recompute", "wait_for_late_data"]
+        assert dags[f"tidewater_batch_{pipeline}"] == sorted(
+            [
+                "wait_for_late_data",
+                "plan_interval",
+                "recompute_silver",
+                "audit_interval",
+                "gold_gate",
+                "publish_gold",
+                "audit_gold",
+            ]
+        )

@@ -72,14 +72,57 @@ def test_batch_dag_recomputes_an_hour_like_the_stream(airflow_home, world, spark
         assert result["task_states"] == {
             "wait_for_late_data": "success",
             "plan_interval": "success",
-            "recompute": "success",
+            "recompute_silver": "success",
+            "audit_interval": "success",
+            "gold_gate": "success",
+            "publish_gold": "success",
+            "audit_gold": "success",
         }, result
-        commit = layout.table("silver").history(limit=1)[0]
+        audits = [r for r in audit_rows(layout) if r["dag_run_id"] == result["run_id"]]
+        assert {(r["task_id"], r["suite"]) for r in audits} == {
+            ("audit_interval", "rsvps.bronze"),
+            ("audit_interval", "rsvps.records"),
+            ("audit_interval", "rsvps.silver"),
+            ("audit_interval", "rsvps.reconciliation"),
+            ("audit_gold", "rsvps.gold.venue_response_counts"),
+            ("audit_gold", "rsvps.gold.trending_venues"),
+        }, audits
+        assert all(r["success"] and r["trigger"] == "manual" for r in audits)
+        assert all(r["interval_start"].isoformat().startswith("2026-11-21T10:00:00") for r in audits)
+        commit = layout.table("silver").history(limit=2)[1]  # recompute_silver's (publish_gold wrote gold only)
         assert commit.get("tidewater.run_id") == result["run_id"], commit
         assert commit.get("tidewater.interval_start", "").startswith("2026-11-21T10:00:00"), commit
         assert sorted(tuple(sorted(r.items())) for r in table_rows(spark, settings, "silver")) == silver_before
         for gold in RSVPS.gold:
             assert gold_values(spark, settings, gold.name) == gold_before[gold.name], (attempt, gold.name)
+
+
+def test_blocking_audit_failure_holds_back_the_intervals_gold(airflow_home, world, spark):
+    """Records lost before Kafka (sequence gaps) in 12:00-13:00: the reconciliation fails, the gate
+    fails and the interval's gold is not published; the failure is in the audit table."""
+    settings, layout = world["settings"], world["layout"]
+    noon = parse_ts("2026-11-21T12:00:00.000Z")
+    produce_generated(
+        settings,
+        settings.topic(RSVPS.topic),
+        GeneratorConfig(seed=33, start_time_ms=noon, rate=10, loss_rate=0.05),
+        600,
+    )
+    run_stream(spark, settings)
+    gold_versions = {g.name: layout.table(f"gold/{g.name}").version() for g in RSVPS.gold}
+    result = airflow_home.dag_test("tidewater_batch_rsvps", settings=settings, logical_date="2026-11-21T13:00:00+00:00")
+    states = result["task_states"]
+    assert states["recompute_silver"] == "success", result
+    assert states["audit_interval"] == "failed" and states["gold_gate"] == "failed", result
+    assert states["publish_gold"] == "upstream_failed" and states["audit_gold"] == "upstream_failed", result
+    assert {g.name: layout.table(f"gold/{g.name}").version() for g in RSVPS.gold} == gold_versions
+    failed = [r for r in audit_rows(layout) if r["dag_run_id"] == result["run_id"] and not r["success"]]
+    assert [r["suite"] for r in failed] == ["rsvps.reconciliation"] and failed[0]["blocking"]
+    assert "lost upstream of Kafka" in failed[0]["failures"][-1]
+
+
+def audit_rows(layout: PipelineLayout) -> list[dict[str, Any]]:
+    return DeltaTable(layout.audit_uri()).to_pyarrow_table().to_pylist()
 
 
 def test_replay_dag_refuses_bad_params_before_spark(airflow_home, world):
@@ -104,8 +147,11 @@ def test_sandbox_replay_leaves_live_untouched(airflow_home, world, spark):
         "sandbox_namespace": "sbx",
     }
     result = airflow_home.dag_test("tidewater_replay", conf, settings=settings)
-    assert result["task_states"] == {"validate": "success", "replay": "success"}, result
+    assert result["task_states"] == {"validate": "success", "replay": "success", "audit": "success"}, result
     assert versions(layout) == live_versions
+    sandbox_audits = DeltaTable(PipelineLayout.of(settings, RSVPS, "sbx").audit_uri()).to_pyarrow_table().to_pylist()
+    assert {r["suite"] for r in sandbox_audits} == {"rsvps.silver", *(f"rsvps.gold.{g.name}" for g in RSVPS.gold)}
+    assert {r["trigger"] for r in sandbox_audits} == {"replay"}
 
     sandbox = PipelineLayout.of(settings, RSVPS, "sbx")
     low, high = dt.datetime(2026, 11, 21, 10, 0), dt.datetime(2026, 11, 21, 10, 3)
@@ -130,7 +176,13 @@ def test_correction_dag_folds_late_events_into_gold_with_a_ledger(airflow_home, 
 
     conf = {"start": "2026-11-21T09:55:00Z", "end": "2026-11-21T10:10:00Z"}
     result = airflow_home.dag_test("tidewater_correct_late_data", conf, settings=settings)
-    assert result["task_states"] == {"plan_rsvps": "success", "correct_rsvps": "success"}, result
+    assert result["task_states"] == {
+        "plan_rsvps": "success",
+        "correct_rsvps": "success",
+        "audit_rsvps": "success",
+    }, result
+    corrected = [r for r in audit_rows(layout) if r["dag_run_id"] == result["run_id"]]
+    assert {r["trigger"] for r in corrected} == {"correction"} and all(r["success"] for r in corrected)
     assert _closed(gold_values(spark, settings, name), closed) == _closed(
         gold_from_silver(spark, settings, name), closed
     )

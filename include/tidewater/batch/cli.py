@@ -1,6 +1,6 @@
 """``tidewater batch recompute|replay|correct``: the commands spark_jobs/batch.py runs.
 
-    tidewater batch recompute --pipeline P --start ISO --end ISO --run-id ID [--namespace NS]
+    tidewater batch recompute --pipeline P --start ISO --end ISO --run-id ID [--namespace NS] [--layers silver,gold]
     tidewater batch replay    --pipeline P --start ISO --end ISO --run-id ID [--namespace NS]
                               [--source bronze|kafka] [--target live|sandbox] [--sandbox-namespace NAME]
                               [--entity V ...]
@@ -55,6 +55,12 @@ def register(sub: argparse._SubParsersAction) -> None:
             default=None,
             help="the lake namespace read and (unless a sandbox replay) written (default: TIDEWATER_NAMESPACE or live)",
         )
+        if name == "recompute":
+            parser.add_argument(
+                "--layers",
+                default="silver,gold",
+                help="silver, gold or both (default); gold alone is recomputed from the silver table",
+            )
         if name == "replay":
             parser.add_argument("--source", default="bronze", help="bronze (default) or kafka")
             parser.add_argument("--target", default="sandbox", help="sandbox (default) or live")
@@ -100,8 +106,11 @@ def prepare(args: argparse.Namespace, settings: Settings) -> Callable[[SparkSess
 
     if args.batch_command == "recompute":
         layout.table("bronze").open()  # LakePathError in one line if the namespace has no bronze
+        layers = tuple(layer.strip() for layer in args.layers.split(",") if layer.strip())
+        if not layers or any(layer not in recompute.LAYERS for layer in layers):
+            raise ConfigError(f"--layers {args.layers!r}: give silver, gold or silver,gold")
         return lambda spark: recompute.recompute_interval(
-            spark, settings, pipeline, interval.start, interval.end, **common
+            spark, settings, pipeline, interval.start, interval.end, layers=layers, **common
         )
     if args.batch_command == "correct":
         layout.table("silver").open()

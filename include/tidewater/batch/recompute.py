@@ -58,6 +58,8 @@ from tidewater.pipelines.base import GoldTable, Pipeline
 LIVE = "live"
 SANDBOX = "sandbox"
 TARGETS = (LIVE, SANDBOX)
+SILVER, GOLD = "silver", "gold"
+LAYERS = (SILVER, GOLD)
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,8 @@ class Rebuild:
     target: PipelineLayout  # where silver and gold are written
     sandbox: bool
     entities: tuple[Any, ...] = ()
+    # Which layers to write: the batch DAG rebuilds silver, audits it, and only then publishes gold.
+    layers: tuple[str, ...] = LAYERS
 
     @property
     def entity_column(self) -> str | None:
@@ -98,8 +102,13 @@ def recompute_interval(
     *,
     run_id: str,
     namespace: str | None = None,
+    layers: Sequence[str] = LAYERS,
 ) -> BatchResult:
-    """Rebuild silver and gold of ``[start, end)`` in ``namespace`` (default: the settings' one) from its bronze."""
+    """Rebuild silver and/or gold of ``[start, end)`` in ``namespace`` (default: the settings' one) from its
+    bronze; gold alone is recomputed from the silver table (after an audit passed it)."""
+    unknown = [layer for layer in layers if layer not in LAYERS]
+    if unknown or not layers:
+        raise ConfigError(f"layers {unknown or '(none)'} are not among {', '.join(LAYERS)}")
     layout = PipelineLayout.of(settings, pipeline, namespace)
     plan = Rebuild(
         pipeline=pipeline,
@@ -110,6 +119,7 @@ def recompute_interval(
         source_layout=layout,
         target=layout,
         sandbox=False,
+        layers=tuple(layers),
     )
     return rebuild(spark, plan)
 
@@ -197,7 +207,9 @@ def rebuild(spark: SparkSession, plan: Rebuild) -> BatchResult:
     """Silver of the interval, then each gold table; see the module docstring."""
     began = time.monotonic()
     pipeline, target = plan.pipeline, plan.target
-    ensure_tables(spark, target, ("silver", *(f"gold/{g.name}" for g in pipeline.gold)))
+    writes_silver, writes_gold = SILVER in plan.layers, GOLD in plan.layers
+    gold_tables = tuple(f"gold/{g.name}" for g in pipeline.gold) if writes_gold else ()
+    ensure_tables(spark, target, (*((SILVER,) if writes_silver else ()), *gold_tables))
     meta = commit_metadata(
         run_id=plan.run_id,
         mode=plan.mode,
@@ -209,22 +221,26 @@ def rebuild(spark: SparkSession, plan: Rebuild) -> BatchResult:
     selection = Selection(pipeline.event_time, plan.interval, plan.entity_column, plan.entities)
     tables: dict[str, TableOutcome] = {}
     source: DataFrame | None = None
+    closed = None
     try:
-        # The silver lock is held from before the source is read until the replace commits: a stream
-        # micro-batch that committed silver in between would hold rows of a bronze batch we did not
-        # read, and our replace of the interval would silently drop them. Holding it, the stream's
-        # silver MERGE waits and then inserts into our result (its insert-only MERGE adds only events
-        # we did not write), so no event is lost either way.
-        with target.lock("silver").hold(plan.purpose):
-            source = _source_silver(spark, plan).persist(StorageLevel.MEMORY_AND_DISK)
-            fresh = source.where(selection.column()).orderBy(
-                pipeline.partition_column, pipeline.event_time, pipeline.key
-            )
-            result = silver_table.replace_where(fresh.toArrow(), selection.sql(), metadata=meta)
-            tables["silver"] = TableOutcome.of(result)
+        if writes_silver:
+            # The silver lock is held from before the source is read until the replace commits: a stream
+            # micro-batch that committed silver in between would hold rows of a bronze batch we did not
+            # read, and our replace of the interval would silently drop them. Holding it, the stream's
+            # silver MERGE waits and then inserts into our result (its insert-only MERGE adds only events
+            # we did not write), so no event is lost either way.
+            with target.lock("silver").hold(plan.purpose):
+                source = _source_silver(spark, plan).persist(StorageLevel.MEMORY_AND_DISK)
+                fresh = source.where(selection.column()).orderBy(
+                    pipeline.partition_column, pipeline.event_time, pipeline.key
+                )
+                result = silver_table.replace_where(fresh.toArrow(), selection.sql(), metadata=meta)
+                tables["silver"] = TableOutcome.of(result)
+        if not writes_gold:
+            return _result(plan, tables, closed, 0, None, began)
         # What Spark's watermark would be: the latest event time the source or the target has seen.
         highs = [
-            sources.max_of(source, pipeline.event_time),
+            sources.max_of(source, pipeline.event_time) if source is not None else None,
             sources.max_event_time(spark, silver_table, pipeline.event_time),
         ]
         known = [h for h in highs if h is not None]
@@ -240,11 +256,22 @@ def rebuild(spark: SparkSession, plan: Rebuild) -> BatchResult:
     finally:
         if source is not None:
             source.unpersist()
+    return _result(plan, tables, closed, ledger_entries, ledger_version, began)
+
+
+def _result(
+    plan: Rebuild,
+    tables: dict[str, TableOutcome],
+    closed: dt.datetime | None,
+    ledger_entries: int,
+    ledger_version: int | None,
+    began: float,
+) -> BatchResult:
     return BatchResult(
         mode=plan.mode,
-        pipeline=pipeline.name,
+        pipeline=plan.pipeline.name,
         run_id=plan.run_id,
-        namespace=target.namespace,
+        namespace=plan.target.namespace,
         interval=plan.interval,
         source=plan.source_label,
         entities=plan.entities,
@@ -271,7 +298,7 @@ def _rebuild_gold(
     spark: SparkSession,
     plan: Rebuild,
     gold: GoldTable,
-    source: DataFrame,
+    source: DataFrame | None,
     closed: dt.datetime | None,
     ledger: Ledger,
     meta: dict[str, str],
@@ -287,6 +314,7 @@ def _rebuild_gold(
     # the rows we compare against and the rows we replace.
     with target.lock(name).hold(plan.purpose):
         if plan.sandbox:  # the sandbox's silver holds only the interval: feed gold from the source itself
+            assert source is not None, "a sandbox rebuild writes silver and gold together"
             events = source.where(feed.column())
         else:
             events = sources.silver_for(spark, target.table("silver"), pipeline, feed)

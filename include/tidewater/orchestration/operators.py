@@ -40,3 +40,17 @@ class TidewaterSparkJobOperator(SparkSubmitOperator):
             "SPARK_LOCAL_IP": "127.0.0.1",
         }
         return super().execute(context)
+
+
+class TidewaterAuditOperator(TidewaterSparkJobOperator):
+    """The audit job (spark_jobs/audit.py), with a "Data quality report" button on its task instances
+    that opens the Data Docs of the run in the tidewater plugin."""
+
+    def __init__(self, *, job_args: Sequence[str] | Any, **kwargs: Any) -> None:
+        super().__init__(job="audit", job_args=job_args, **kwargs)
+
+    @property
+    def operator_extra_links(self) -> tuple[Any, ...]:  # type: ignore[override]
+        from tidewater.ui.links import AuditReportLink
+
+        return (AuditReportLink(),)

@@ -62,6 +62,20 @@ def control_stream(pipeline: str, action: str, run_id: str) -> dict[str, Any]:
 # ---- batch, replay, correction ------------------------------------------------------------------------
 
 
+def interval_plan(pipeline: str, start: Any, end: Any, run_id: str, *, dag_id: str, run_type: Any) -> dict[str, Any]:
+    """The batch DAG's steps for one interval: silver, its audit, then (past the gate) gold and its audit."""
+    args = interval_args(pipeline, start, end, run_id)
+    common = {"trigger": audit_trigger(run_type), "dag_id": dag_id, "run_id": run_id}
+    return {
+        "silver": with_layers(args, "silver"),
+        "audit": audit_args(
+            pipeline, start, end, checks="bronze,records,silver,reconciliation", task_id="audit_interval", **common
+        ),
+        "gold": with_layers(args, "gold"),
+        "audit_gold": audit_args(pipeline, start, end, checks="gold", task_id="audit_gold", **common),
+    }
+
+
 def interval_args(pipeline: str, start: Any, end: Any, run_id: str) -> list[str]:
     """Arguments of ``batch recompute`` for one data interval; skip the run when nothing was ingested yet."""
     from airflow.sdk.exceptions import AirflowSkipException
@@ -80,13 +94,42 @@ def interval_args(pipeline: str, start: Any, end: Any, run_id: str) -> list[str]
 
 def replay_args(params: Mapping[str, Any], run_id: str) -> list[str]:
     """Validate the replay DAG's params and what the source still holds; the Spark job's arguments."""
+    return replay_plan(params, run_id, dag_id="")["replay"]
+
+
+def replay_plan(params: Mapping[str, Any], run_id: str, *, dag_id: str) -> dict[str, list[str]]:
+    """The replay job's arguments and those of the audit of what it wrote (silver and gold of the range,
+    in the namespace it wrote; a live replay also reconciles the range's records)."""
     from tidewater.orchestration.params import check_range_held, parse_replay_params
 
     settings = Settings.from_env()
     request = parse_replay_params(params, settings)
     held = check_range_held(settings, request)
     log.info("replay %s [%s, %s) from %s: %s", request.pipeline, request.start, request.end, request.source, held)
-    return ["replay", *request.to_args(), "--run-id", run_id]
+    live = request.target == "live"
+    audit = audit_args(
+        request.pipeline,
+        request.start,
+        request.end,
+        checks="bronze,records,silver,reconciliation,gold" if live else "silver,gold",
+        trigger="replay",
+        dag_id=dag_id,
+        run_id=run_id,
+        task_id="audit",
+        namespace=None if live else request.sandbox_namespace,
+    )
+    return {"replay": ["replay", *request.to_args(), "--run-id", run_id], "audit": audit}
+
+
+def correction_plan(pipeline: str, params: Mapping[str, Any], end: Any, run_id: str, *, dag_id: str) -> dict[str, Any]:
+    """The correction job's arguments and those of the audit of the gold windows it may have changed."""
+    args = correction_args(pipeline, params, end, run_id)
+    start, finish = args[args.index("--start") + 1], args[args.index("--end") + 1]
+    audit = audit_args(
+        pipeline, start, finish, checks="gold", trigger="correction", dag_id=dag_id, run_id=run_id,
+        task_id=f"audit_{pipeline}",
+    )  # fmt: skip
+    return {"correct": args, "audit": audit}
 
 
 def correction_args(pipeline: str, params: Mapping[str, Any], end: Any, run_id: str) -> list[str]:
@@ -103,6 +146,86 @@ def correction_args(pipeline: str, params: Mapping[str, Any], end: Any, run_id: 
         finish = parse_time(end, "end") if end else dt.datetime.now(dt.UTC)
         begin = finish - dt.timedelta(hours=settings.correction_lookback_hours)
     return _batch_args("correct", pipeline, begin, finish, run_id)
+
+
+# ---- audits --------------------------------------------------------------------------------------------
+
+
+def audit_trigger(run_type: Any) -> str:
+    """How the audit table labels a run: scheduled, backfill or manual (Airflow's run type)."""
+    value = str(getattr(run_type, "value", run_type) or "manual").lower()
+    return value if value in ("scheduled", "backfill") else "manual"
+
+
+def audit_args(
+    pipeline: str,
+    start: Any,
+    end: Any,
+    *,
+    checks: str,
+    trigger: str,
+    dag_id: str,
+    run_id: str,
+    task_id: str,
+    namespace: str | None = None,
+) -> list[str]:
+    """Arguments of ``spark_jobs/audit.py`` (see ``tidewater audit run --help``)."""
+    interval = Interval.parse(start, end)
+    args = [
+        "--pipeline", pipeline,
+        "--start", interval.start.isoformat(),
+        "--end", interval.end.isoformat(),
+        "--checks", checks,
+        "--trigger", trigger,
+        "--dag-id", dag_id,
+        "--run-id", run_id,
+        "--task-id", task_id,
+    ]  # fmt: skip
+    return [*args, "--namespace", namespace] if namespace else args
+
+
+def gold_gate(pipeline: str, dag_id: str, run_id: str, audit_task_id: str) -> dict[str, Any]:
+    """Let the interval's gold be published only if its audit ran and no blocking suite failed.
+
+    Reads the audit table (not the audit task's state): a non-blocking failure (e.g. upstream noise
+    in the records suite) fails the audit task but still publishes; an audit that recorded nothing
+    (it crashed) holds gold back, since nothing proves the interval sound.
+    """
+    from deltalake import DeltaTable
+
+    from tidewater.lake.layout import PipelineLayout
+    from tidewater.lake.storage import storage_options
+    from tidewater.pipelines import get_pipeline
+    from tidewater.quality.audit import AuditFailedError
+
+    settings = Settings.from_env()
+    layout = PipelineLayout.of(settings, get_pipeline(pipeline))
+    uri = layout.audit_uri()
+    rows: list[dict[str, Any]] = []
+    if layout.table("bronze").exists():
+        try:
+            table = DeltaTable(uri, storage_options=storage_options(uri))
+            rows = [
+                r
+                for r in table.to_pyarrow_table().to_pylist()
+                if r["dag_id"] == dag_id and r["dag_run_id"] == run_id and r["task_id"] == audit_task_id
+            ]
+        except Exception as exc:  # no audit table yet: handled as "no audit" below
+            log.warning("audit table %s unreadable: %s", uri, exc)
+    if not rows:
+        raise AuditFailedError(
+            f"gold of {pipeline} held back: task {audit_task_id} of run {run_id} recorded no audit in {uri}"
+        )
+    latest = max(r["audited_at"] for r in rows)
+    rows = [r for r in rows if r["audited_at"] == latest]  # the last try's audit
+    blocking = [r for r in rows if r["blocking"] and not r["success"]]
+    if blocking:
+        reasons = "; ".join(f"{r['suite']}: {' | '.join(r['failures'][:2])}" for r in blocking)
+        raise AuditFailedError(f"gold of {pipeline} held back by blocking audit failures: {reasons}")
+    passed = sorted(r["suite"] for r in rows if r["success"])
+    failed = sorted(r["suite"] for r in rows if not r["success"])
+    log.info("gold of %s may be published: passed %s, non-blocking failures %s", pipeline, passed, failed)
+    return {"passed": passed, "non_blocking_failures": failed, "audit_id": rows[0]["audit_id"]}
 
 
 # ---- maintenance --------------------------------------------------------------------------------------
@@ -122,3 +245,8 @@ def maintain(pipeline: str, run_id: str) -> list[dict[str, Any]]:
 def _batch_args(mode: str, pipeline: str, start: dt.datetime, end: dt.datetime, run_id: str) -> list[str]:
     """Arguments of ``spark_jobs/batch.py <mode>`` (see ``tidewater batch --help``)."""
     return [mode, "--pipeline", pipeline, "--start", start.isoformat(), "--end", end.isoformat(), "--run-id", run_id]
+
+
+def with_layers(args: list[str], layers: str) -> list[str]:
+    """``batch recompute`` arguments restricted to some layers (silver first, gold after its audit)."""
+    return [*args, "--layers", layers]

@@ -14,7 +14,7 @@ import logging
 import math
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,10 @@ class AuditRequest:
         if self.trigger not in TRIGGERS:
             raise ConfigError(f"audit trigger {self.trigger!r} is not one of {', '.join(TRIGGERS)}")
 
+    @property
+    def needs_bronze(self) -> bool:
+        return bool({suites.BRONZE, suites.RECORDS, suites.RECONCILIATION} & set(self.checks))
+
 
 @dataclass(frozen=True)
 class AuditResult:
@@ -72,7 +76,6 @@ class AuditResult:
     report_path: str
     report_uri: str
     seconds: float
-    blocking: tuple[str, ...] = field(default=())
 
     @property
     def success(self) -> bool:
@@ -111,7 +114,7 @@ def run_audit(spark: SparkSession, settings: Settings, request: AuditRequest) ->
     began = time.monotonic()
     pipeline = request.pipeline
     layout = PipelineLayout.of(settings, pipeline, request.namespace)
-    if not layout.table("bronze").exists():
+    if request.needs_bronze and not layout.table("bronze").exists():
         raise ConfigError(f"nothing to audit: no bronze table at {layout.table_uri('bronze')} yet")
     now = dt.datetime.now(dt.UTC)
     audit_id = reports.report_id(

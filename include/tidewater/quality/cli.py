@@ -65,7 +65,8 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         task_id=args.task_id,
     )
     check_lake_root(settings.lake_uri)
-    PipelineLayout.of(settings, pipeline, args.namespace).table("bronze").open()  # one line if missing
+    layout = PipelineLayout.of(settings, pipeline, args.namespace)
+    layout.table("bronze" if request.needs_bronze else "silver").open()  # one line if missing
     for layer in suites.layers_of(pipeline):
         suites.load_suite(pipeline, layer)  # stale or missing suites fail before a JVM starts
     spark = build_session(settings, f"tidewater-audit-{pipeline.name}")
