@@ -1,0 +1,125 @@
+"""Fixtures of the UI tests: a real Airflow api-server with the tidewater plugin over a small lake,
+and headless Chromium sessions.
+
+One api-server per test module (``airflow db migrate`` plus start-up take most of the time); it runs
+in its own process group, which teardown kills whatever happened; every browser is quit (and its
+chromedriver ended by pid if quitting fails).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ui_support import CHROMEDRIVER, CHROMIUM, CHROMIUM_FLAGS, UiServer, build_lake, http
+
+from tidewater.orchestration.airflow_env import airflow_environment, ensure_secrets
+
+# ---- the api-server ----------------------------------------------------------------------------------
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the server's process group, SIGKILL whatever is left (its gunicorn/uvicorn workers too)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=20)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def ui_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiServer]:
+    """The lake plus a real ``airflow api-server`` (SimpleAuthManager, our plugin) on a free port."""
+    root = tmp_path_factory.mktemp("ui")
+    lake = build_lake(root)
+    settings = lake.settings
+    secrets = ensure_secrets(settings)
+    env = {**os.environ, **airflow_environment(settings, secrets)}
+    env = {k: v for k, v in env.items() if k != "PYTEST_CURRENT_TEST"}
+    airflow = str(Path(sys.executable).parent / "airflow")
+    migrate = subprocess.run(
+        [airflow, "db", "migrate"], env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL
+    )
+    assert migrate.returncode == 0, migrate.stdout[-2000:] + migrate.stderr[-2000:]
+    log = root / "api-server.log"
+    url = f"http://127.0.0.1:{settings.airflow_port}"
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            [airflow, "api-server"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            if process.poll() is not None:
+                raise AssertionError(f"api-server exited ({process.returncode}):\n{log.read_text()[-3000:]}")
+            with contextlib.suppress(OSError):
+                if http(url + "/api/v2/monitor/health").status == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise AssertionError(f"api-server not answering after 180 s:\n{log.read_text()[-3000:]}")
+            time.sleep(0.5)
+        yield UiServer(url=url, lake=lake, password=secrets.admin_password, log=log)
+    finally:
+        _kill_group(process)
+
+
+# ---- the browser ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def browser_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[], Any]]:
+    """Headless Chromium sessions (Debian's chromium + chromedriver), each with a fresh profile; all quit
+    at teardown."""
+    for binary in (CHROMIUM, CHROMEDRIVER):
+        if not os.access(binary, os.X_OK):
+            pytest.fail(f"{binary} missing: scripts/bootstrap.sh installs chromium and chromium-driver (as root)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    drivers: list[Any] = []
+    profiles: list[str] = []
+
+    def open_browser() -> Any:
+        options = webdriver.ChromeOptions()
+        options.binary_location = CHROMIUM
+        for flag in CHROMIUM_FLAGS:
+            options.add_argument(flag)
+        profile = tempfile.mkdtemp(prefix="chromium-", dir=tmp_path_factory.getbasetemp())
+        profiles.append(profile)
+        options.add_argument(f"--user-data-dir={profile}")
+        log = Path(profile).with_suffix(".chromedriver.log")
+        driver = webdriver.Chrome(service=Service(CHROMEDRIVER, log_output=str(log)), options=options)
+        driver.set_page_load_timeout(60)
+        drivers.append(driver)
+        return driver
+
+    try:
+        yield open_browser
+    finally:
+        for driver in drivers:
+            with contextlib.suppress(Exception):
+                driver.quit()
+            process = getattr(driver.service, "process", None)  # quit failed: end chromedriver by its pid
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait(timeout=10)
+        for profile in profiles:
+            shutil.rmtree(profile, ignore_errors=True)

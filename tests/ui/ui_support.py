@@ -1,0 +1,189 @@
+"""The UI tests' lake (real Delta tables written with deltalake, an audit table, a static report with
+CSS, JS and a relatively linked subpage like GX Data Docs) and a plain HTTP helper.
+
+Shared by tests/ui/conftest.py (fixtures) and the test modules (constants, helpers).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from deltalake import CommitProperties, write_deltalake
+
+from tidewater.broker import free_port
+from tidewater.config import Settings
+from tidewater.lake.layout import PipelineLayout
+from tidewater.orchestration.airflow_env import ADMIN_USER
+from tidewater.pipelines import get_pipeline
+from tidewater.quality.audit_log import AuditRow, to_arrow
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1400,1000",
+)
+AUDIT_DAG = "tidewater_audit_rsvps"
+AUDIT_RUN = "scheduled__2026-11-21T10:00:00+00:00"
+REPORT_ID = "20261121T100000-rsvps"
+REPORT_CSS_COLOR = "rgb(1, 2, 3)"
+SECRET_TEXT = "tidewater-ui-test-secret-outside-the-lake"
+
+
+@dataclass
+class UiLake:
+    settings: Settings
+    silver_uri: str
+    report_path: str  # relative to the lake root, as audit rows record it
+    outside_file: Path  # a file beside the lake that nothing may serve
+    versions: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class UiServer:
+    url: str
+    lake: UiLake
+    password: str
+    log: Path
+
+    def token(self) -> str:
+        body = json.dumps({"username": ADMIN_USER, "password": self.password}).encode()
+        answer = http(self.url + "/auth/token", method="POST", body=body, headers={"Content-Type": "application/json"})
+        assert answer.status == 201, answer.text
+        return str(json.loads(answer.text)["access_token"])
+
+
+@dataclass
+class Answer:
+    status: int
+    text: str
+    headers: dict[str, str]
+
+
+def http(url: str, *, method: str = "GET", body: bytes | None = None, headers: dict[str, str] | None = None) -> Answer:
+    """One request, no proxy, no redirects followed; errors come back as answers."""
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+            return None
+
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), NoRedirect)
+    request = urllib.request.Request(url, data=body, method=method, headers=headers or {})
+    try:
+        with opener.open(request, timeout=60) as response:
+            return Answer(response.status, response.read().decode(errors="replace"), dict(response.headers))
+    except urllib.error.HTTPError as exc:
+        return Answer(exc.code, exc.read().decode(errors="replace"), dict(exc.headers))
+
+
+# ---- the lake --------------------------------------------------------------------------------------
+
+
+def _silver_batch(ids: range, batch: int) -> pa.Table:
+    return pa.table(
+        {
+            "id": pa.array(list(ids), pa.int64()),
+            "venue": pa.array([f"venue-{i % 7}" for i in ids], pa.string()),
+            "batch": pa.array([batch] * len(ids), pa.int64()),
+        }
+    )
+
+
+def build_lake(root: Path) -> UiLake:
+    """Silver with three commits (3, +120, +3 rows), a gold table, an audit table and one report."""
+    settings = Settings(state_dir=str(root / "state"), lake_root=(root / "lake").as_uri(), airflow_port=free_port())
+    layout = PipelineLayout.of(settings, get_pipeline("rsvps"))
+    silver = layout.table_uri("silver")
+    for number, (ids, batch) in enumerate([(range(0, 3), 0), (range(3, 123), 1), (range(123, 126), 2)]):
+        write_deltalake(
+            silver,
+            _silver_batch(ids, batch),
+            mode="append",
+            commit_properties=CommitProperties(custom_metadata={"tidewater.run_id": f"ui-test-run-{number}"}),
+        )
+    gold_name = layout.table_names[-1]  # some gold table of the pipeline
+    write_deltalake(
+        layout.table_uri(gold_name),
+        pa.table({"venue": ["venue-1", "venue-2"], "responses": pa.array([5, 8], pa.int64())}),
+    )
+
+    report_rel = f"{settings.namespace}/rsvps/reports/{REPORT_ID}/index.html"
+    report_dir = root / "lake" / settings.namespace / "rsvps" / "reports" / REPORT_ID
+    (report_dir / "static").mkdir(parents=True)
+    (report_dir / "validations").mkdir()
+    (report_dir / "index.html").write_text(
+        "<!doctype html><html><head><meta charset='utf-8'><title>Data Docs</title>"
+        "<link rel='stylesheet' href='static/style.css'><script src='static/app.js'></script></head>"
+        "<body><h1 id='docs-title'>Validation results for rsvps</h1>"
+        "<a id='suite-link' href='validations/silver.html'>rsvps.silver suite</a></body></html>"
+    )
+    (report_dir / "static" / "style.css").write_text(f"body {{ background-color: {REPORT_CSS_COLOR}; }}\n")
+    (report_dir / "static" / "app.js").write_text(
+        "document.addEventListener('DOMContentLoaded', () => {\n"
+        "  const p = document.createElement('p'); p.id = 'js-ran'; p.textContent = 'scripts run';\n"
+        "  document.body.appendChild(p);\n});\n"
+    )
+    (report_dir / "validations" / "silver.html").write_text(
+        "<!doctype html><html><head><link rel='stylesheet' href='../static/style.css'></head><body>"
+        "<h2 id='suite-title'>Suite rsvps.silver: 4 of 4 expectations met</h2>"
+        "<a id='back' href='../index.html'>back</a></body></html>"
+    )
+
+    start = dt.datetime(2026, 11, 21, 9, tzinfo=dt.UTC)
+    common: dict[str, Any] = {
+        "audit_id": "audit-1",
+        "pipeline": "rsvps",
+        "namespace": settings.namespace,
+        "interval_start": start,
+        "interval_end": start + dt.timedelta(hours=1),
+        "trigger": "scheduled",
+        "dag_id": AUDIT_DAG,
+        "dag_run_id": AUDIT_RUN,
+        "task_id": "audit",
+        "report_path": report_rel,
+        "audited_at": start + dt.timedelta(hours=1, minutes=6),
+    }
+    rows = [
+        AuditRow(
+            suite="rsvps.silver",
+            table_name="silver",
+            success=True,
+            rows=126,
+            expectations=4,
+            failed_expectations=0,
+            **common,
+        ),
+        AuditRow(
+            suite=f"rsvps.{gold_name.replace('/', '.')}",
+            table_name=gold_name,
+            success=False,
+            rows=2,
+            expectations=3,
+            failed_expectations=1,
+            blocking=True,
+            failures=["expect_column_values_to_not_be_null(venue): 1 null"],
+            **common,
+        ),
+    ]
+    write_deltalake(layout.audit_uri(), to_arrow(rows))
+
+    outside = root / "outside-secret.txt"
+    outside.write_text(SECRET_TEXT)
+    # A link planted inside the reports area that leads out of the lake must not be followed.
+    os.symlink(outside, report_dir / "static" / "leak.txt")
+    return UiLake(settings, silver, report_rel, outside, {"silver": 2})
