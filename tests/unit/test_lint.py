@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-CODE = ["include", "tests", "benchmarks", "spark_jobs"]
+CODE = ["include", "tests", "benchmarks", "spark_jobs", "plugins"]
 
 
 def test_ruff_check() -> None:

@@ -7,7 +7,7 @@ HTML pages                                  JSON API
   GET  /tables/{name}/history                 GET  /api/tables/{name}/history
   GET  /sql?sql=&page=&page_size=             POST /api/sql   {"sql", "page", "page_size"}
   GET  /audits                                GET  /api/audits?dag_id=&run_id=
-  GET  /reports/by-run?dag_id=&run_id=
+  GET  /reports/by-run?dag_id=&run_id=[&task_id=]
   GET  /reports/files/<ns>/<pipeline>/reports/<path>
 
 Every route depends on :func:`tidewater.ui.auth.require_reader` (app-level dependency), and the app
@@ -252,13 +252,20 @@ def create_app() -> FastAPI:
 
     @app.get("/reports/by-run", response_class=HTMLResponse)
     def by_run(
-        request: Request, dag_id: str, run_id: str, namespace: str | None = None, list_all: bool = False
+        request: Request,
+        dag_id: str,
+        run_id: str,
+        task_id: str | None = None,
+        namespace: str | None = None,
+        list_all: bool = False,
     ) -> Response:
-        """The report of one DAG run: redirect when there is exactly one, else list the run's audits."""
+        """The report of one DAG run (or of one of its tasks: a run can audit twice, e.g. silver then
+        gold): redirect when there is exactly one, else list the run's audits."""
         namespace = checked_namespace(namespace)
         config = settings()
         rows = data.run_audit_rows(config, dag_id=dag_id, run_id=run_id, namespace=namespace)
-        paths = data.report_paths(rows)
+        of_task = [row for row in rows if task_id and row.get("task_id") == task_id]
+        paths = data.report_paths(of_task or rows)
         if len(paths) == 1 and not list_all:
             return RedirectResponse(report_href(root_of(request), paths[0]), status_code=status.HTTP_303_SEE_OTHER)
         shown_ns = rows[0]["namespace"] if rows and rows[0].get("namespace") else namespace

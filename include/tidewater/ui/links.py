@@ -18,9 +18,11 @@ from tidewater.ui import URL_PREFIX
 BY_RUN_PATH = f"{URL_PREFIX}/reports/by-run"
 
 
-def by_run_url(dag_id: str, run_id: str, *, base_url: str = "") -> str:
-    """The by-run page of one DAG run; absolute when Airflow's ``[api] base_url`` is known."""
-    return f"{base_url.rstrip('/')}{BY_RUN_PATH}?{urlencode({'dag_id': dag_id, 'run_id': run_id})}"
+def by_run_url(dag_id: str, run_id: str, task_id: str = "", *, base_url: str = "") -> str:
+    """The by-run page of one DAG run (narrowed to one task's report when given); absolute when
+    Airflow's ``[api] base_url`` is known."""
+    params = {"dag_id": dag_id, "run_id": run_id, **({"task_id": task_id} if task_id else {})}
+    return f"{base_url.rstrip('/')}{BY_RUN_PATH}?{urlencode(params)}"
 
 
 def _base_url() -> str:
@@ -38,4 +40,4 @@ class AuditReportLink(BaseOperatorLink):
     name = "Data quality report"
 
     def get_link(self, operator: Any, *, ti_key: Any) -> str:
-        return by_run_url(ti_key.dag_id, ti_key.run_id, base_url=_base_url())
+        return by_run_url(ti_key.dag_id, ti_key.run_id, getattr(ti_key, "task_id", ""), base_url=_base_url())
