@@ -1,7 +1,8 @@
 """Fixtures of the UI tests: a real Airflow api-server with the tidewater plugin over a small lake,
 and headless Chromium sessions.
 
-One api-server per test module (``airflow db migrate`` plus start-up take most of the time); it runs
+One api-server per test module (``airflow db migrate``, one ``airflow dags test`` of a one-task DAG that
+carries the audit link, and start-up take most of the time); it runs
 in its own process group, which teardown kills whatever happened; every browser is quit (and its
 chromedriver ended by pid if quitting fails).
 """
@@ -12,6 +13,7 @@ import contextlib
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -21,7 +23,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ui_support import CHROMEDRIVER, CHROMIUM, CHROMIUM_FLAGS, UiServer, build_lake, http
+from ui_support import (
+    AUDIT_DAG,
+    AUDIT_DAG_FILE,
+    CHROMEDRIVER,
+    CHROMIUM,
+    CHROMIUM_FLAGS,
+    UiServer,
+    build_lake,
+    http,
+    ui_settings,
+)
 
 from tidewater.orchestration.airflow_env import airflow_environment, ensure_secrets
 
@@ -44,16 +56,22 @@ def _kill_group(process: subprocess.Popen[bytes]) -> None:
 def ui_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiServer]:
     """The lake plus a real ``airflow api-server`` (SimpleAuthManager, our plugin) on a free port."""
     root = tmp_path_factory.mktemp("ui")
-    lake = build_lake(root)
-    settings = lake.settings
+    settings = ui_settings(root)
     secrets = ensure_secrets(settings)
-    env = {**os.environ, **airflow_environment(settings, secrets)}
+    dags = root / "dags"
+    dags.mkdir()
+    (dags / "ui_test_audit.py").write_text(AUDIT_DAG_FILE)
+    env = {**os.environ, **airflow_environment(settings, secrets), "AIRFLOW__CORE__DAGS_FOLDER": str(dags)}
     env = {k: v for k, v in env.items() if k != "PYTEST_CURRENT_TEST"}
     airflow = str(Path(sys.executable).parent / "airflow")
-    migrate = subprocess.run(
-        [airflow, "db", "migrate"], env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL
-    )
-    assert migrate.returncode == 0, migrate.stdout[-2000:] + migrate.stderr[-2000:]
+    for args in (["db", "migrate"], ["dags", "test", AUDIT_DAG]):  # one finished run of the audit-like DAG
+        done = subprocess.run(
+            [airflow, *args], env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL
+        )
+        assert done.returncode == 0, f"airflow {args}: " + done.stdout[-2000:] + done.stderr[-2000:]
+    with contextlib.closing(sqlite3.connect(settings.airflow_home / "airflow.db")) as db:
+        (run_id,) = db.execute("SELECT run_id FROM dag_run WHERE dag_id = ?", (AUDIT_DAG,)).fetchone()
+    lake = build_lake(root, settings, run_id)
     log = root / "api-server.log"
     url = f"http://127.0.0.1:{settings.airflow_port}"
     with open(log, "wb") as out:

@@ -6,7 +6,8 @@
   audit status; the page also loads inside Airflow's UI (the plugin's nav entry, an iframe); the
   SQL box time-travels to an old version, pages through a result, and shows the refusal of a write
   (the table's version does not move); the audits page opens a Data Docs report whose CSS, JS and
-  relative subpage links work; the by-run link of the audit's DAG run lands on the same report.
+  relative subpage links work; in Airflow's UI, the audit DAG run's "Data quality" tab and its task's
+  "Data quality report" extra link land on the same report.
 - Report files: only a pipeline's reports area is served (``..``, encoded ``..``, absolute paths,
   other lake folders and a symlink out of the lake are refused).
 """
@@ -23,9 +24,7 @@ from urllib.parse import quote, urlencode, urlparse
 import jwt
 import pytest
 from deltalake import DeltaTable
-from ui_support import AUDIT_DAG, AUDIT_RUN, REPORT_CSS_COLOR, SECRET_TEXT, UiServer, http
-
-from tidewater.ui.links import AuditReportLink
+from ui_support import AUDIT_DAG, AUDIT_TASK, REPORT_CSS_COLOR, SECRET_TEXT, UiServer, http
 
 pytestmark = [pytest.mark.slow, pytest.mark.airflow]
 
@@ -120,6 +119,7 @@ def raw_get(server: UiServer, path: str, token: str) -> tuple[int, str]:
 
 def test_every_route_refuses_requests_without_a_valid_token(ui_server: UiServer):
     report = f"/tidewater/reports/files/{ui_server.lake.report_path}"
+    by_run = urlencode({"dag_id": AUDIT_DAG, "run_id": ui_server.lake.audit_run})
     routes: list[tuple[str, str, bytes | None]] = [
         ("GET", "/tidewater/api/tables", None),
         ("GET", "/tidewater/api/tables/rsvps.silver/history", None),
@@ -128,7 +128,7 @@ def test_every_route_refuses_requests_without_a_valid_token(ui_server: UiServer)
         ("GET", "/tidewater/tables", None),
         ("GET", "/tidewater/sql?sql=SELECT+1", None),
         ("GET", "/tidewater/audits", None),
-        ("GET", f"/tidewater/reports/by-run?{urlencode({'dag_id': AUDIT_DAG, 'run_id': AUDIT_RUN})}", None),
+        ("GET", f"/tidewater/reports/by-run?{by_run}", None),
         ("GET", report, None),
         ("GET", "/tidewater/", None),
     ]
@@ -307,18 +307,20 @@ def test_signed_in_user_browses_tables_queries_and_reports(ui_server: UiServer, 
     navigate(driver, css(driver, "#back"))
     wait_for(driver, "#docs-title")
 
-    # The audit task's extra link (by-run page) lands on the same report.
-    link = AuditReportLink().get_link(None, ti_key=_TiKey(AUDIT_DAG, AUDIT_RUN))
-    driver.get(ui_server.url + link[link.index("/tidewater/") :])
+    # The DAG run that audited, in Airflow's UI: its "Data quality" tab (the plugin's dag_run view) shows
+    # the run's report, and the audit task's extra link "Data quality report" leads to it too.
+    run_page = f"{ui_server.url}/dags/{AUDIT_DAG}/runs/{quote(ui_server.lake.audit_run, safe='')}"
+    driver.get(run_page)
+    wait_for(driver, "a[href$='/plugin/tidewater-run-report']").click()
+    driver.switch_to.frame(wait_for(driver, "iframe[title='Data quality']"))
+    assert wait_for(driver, "#docs-title").text == "Validation results for rsvps"  # by-run redirected
+    driver.switch_to.default_content()
+    driver.get(f"{run_page}/tasks/{AUDIT_TASK}/details")
+    link = wait_for(driver, "a[href*='/tidewater/reports/by-run']")
+    assert link.text == "Data quality report" and f"task_id={AUDIT_TASK}" in link.get_attribute("href")
+    navigate(driver, link)
     wait_for(driver, "#docs-title")
     assert driver.current_url.endswith(ui_server.lake.report_path)
-
-
-class _TiKey:
-    """The parts of a TaskInstanceKey an operator link reads."""
-
-    def __init__(self, dag_id: str, run_id: str) -> None:
-        self.dag_id, self.run_id, self.task_id, self.map_index = dag_id, run_id, "audit", -1
 
 
 def test_plugin_is_registered_with_nav_entries_and_operator_link(ui_server: UiServer):

@@ -11,7 +11,7 @@ import json
 import os
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +38,26 @@ CHROMIUM_FLAGS = (
     "--disable-sync",
     "--window-size=1400,1000",
 )
-AUDIT_DAG = "tidewater_audit_rsvps"
-AUDIT_RUN = "scheduled__2026-11-21T10:00:00+00:00"
+AUDIT_DAG = "tidewater_ui_test_audit"
+AUDIT_TASK = "audit"
+# A one-task DAG whose task carries the audit operator's extra link: run once with `airflow dags test`,
+# its run is the one the lake's audit rows name (the run id is only known after it ran).
+AUDIT_DAG_FILE = f"""
+import datetime as dt
+
+from airflow.providers.standard.operators.empty import EmptyOperator
+from airflow.sdk import DAG
+
+from tidewater.ui.links import AuditReportLink
+
+
+class AuditLike(EmptyOperator):
+    operator_extra_links = (AuditReportLink(),)
+
+
+with DAG("{AUDIT_DAG}", start_date=dt.datetime(2026, 1, 1), schedule=None):
+    AuditLike(task_id="{AUDIT_TASK}")
+"""
 REPORT_ID = "20261121T100000-rsvps"
 REPORT_CSS_COLOR = "rgb(1, 2, 3)"
 SECRET_TEXT = "tidewater-ui-test-secret-outside-the-lake"
@@ -51,7 +69,7 @@ class UiLake:
     silver_uri: str
     report_path: str  # relative to the lake root, as audit rows record it
     outside_file: Path  # a file beside the lake that nothing may serve
-    versions: dict[str, int] = field(default_factory=dict)
+    audit_run: str  # the DAG run the audit rows belong to
 
 
 @dataclass
@@ -104,9 +122,13 @@ def _silver_batch(ids: range, batch: int) -> pa.Table:
     )
 
 
-def build_lake(root: Path) -> UiLake:
-    """Silver with three commits (3, +120, +3 rows), a gold table, an audit table and one report."""
-    settings = Settings(state_dir=str(root / "state"), lake_root=(root / "lake").as_uri(), airflow_port=free_port())
+def ui_settings(root: Path) -> Settings:
+    return Settings(state_dir=str(root / "state"), lake_root=(root / "lake").as_uri(), airflow_port=free_port())
+
+
+def build_lake(root: Path, settings: Settings, audit_run: str) -> UiLake:
+    """Silver with three commits (3, +120, +3 rows), a gold table, an audit table (rows of DAG run
+    ``audit_run``) and one report."""
     layout = PipelineLayout.of(settings, get_pipeline("rsvps"))
     silver = layout.table_uri("silver")
     for number, (ids, batch) in enumerate([(range(0, 3), 0), (range(3, 123), 1), (range(123, 126), 2)]):
@@ -153,8 +175,8 @@ def build_lake(root: Path) -> UiLake:
         "interval_end": start + dt.timedelta(hours=1),
         "trigger": "scheduled",
         "dag_id": AUDIT_DAG,
-        "dag_run_id": AUDIT_RUN,
-        "task_id": "audit",
+        "dag_run_id": audit_run,
+        "task_id": AUDIT_TASK,
         "report_path": report_rel,
         "audited_at": start + dt.timedelta(hours=1, minutes=6),
     }
@@ -186,4 +208,4 @@ def build_lake(root: Path) -> UiLake:
     outside.write_text(SECRET_TEXT)
     # A link planted inside the reports area that leads out of the lake must not be followed.
     os.symlink(outside, report_dir / "static" / "leak.txt")
-    return UiLake(settings, silver, report_rel, outside, {"silver": 2})
+    return UiLake(settings, silver, report_rel, outside, audit_run)
