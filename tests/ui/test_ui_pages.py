@@ -322,6 +322,12 @@ def test_signed_in_user_browses_tables_queries_and_reports(ui_server: UiServer, 
     wait_for(driver, "#docs-title")
     assert driver.current_url.endswith(ui_server.lake.report_path)
 
+    # Signed in or not, nothing outside a reports area is served: the page says it was refused.
+    namespace = ui_server.lake.settings.namespace
+    driver.get(f"{ui_server.url}/tidewater/reports/files/{namespace}/rsvps/silver/_delta_log/00000000000000000000.json")
+    assert "refused" in wait_for(driver, "#message").text
+    assert "commitInfo" not in driver.page_source
+
 
 def test_plugin_is_registered_with_nav_entries_and_operator_link(ui_server: UiServer):
     token = ui_server.token()

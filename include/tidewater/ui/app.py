@@ -79,6 +79,10 @@ def one_line(exc: BaseException) -> str:
     return (text[0] if text else type(exc).__name__)[:500]
 
 
+class PathRefused(HTTPException):
+    """A report path outside every reports area (403, not an authentication problem)."""
+
+
 class QueryProblem(HTTPException):
     """A query that did not run: 400 with the one-line reason; ``refused`` when run_sql refused it."""
 
@@ -124,6 +128,9 @@ def create_app() -> FastAPI:
         """401/403 for a browser page: the same status, with a sign-in link instead of bare JSON."""
         wants_html = "text/html" in request.headers.get("accept", "")
         api = request.url.path.startswith(f"{root_of(request)}/api/")
+        if isinstance(exc, PathRefused) and wants_html:
+            page = Pages(root_of(request), _default_namespace()).message("Refused", str(exc.detail), kind="error")
+            return HTMLResponse(page, status_code=exc.status_code)
         if exc.status_code in (401, 403) and wants_html and not api:
             page = Pages(root_of(request), _default_namespace()).message(
                 "Sign in required" if exc.status_code == 401 else "Not allowed",
@@ -279,7 +286,7 @@ def create_app() -> FastAPI:
             location = report_location(config.lake_uri, path)
             found = stat_report(location)
         except ReportPathRefused as exc:
-            raise HTTPException(status.HTTP_403_FORBIDDEN, one_line(exc)) from None
+            raise PathRefused(status.HTTP_403_FORBIDDEN, one_line(exc)) from None
         except ReportNotFound as exc:
             raise HTTPException(status.HTTP_404_NOT_FOUND, one_line(exc)) from None
         if found.is_dir:  # relative links in index.html need the folder URL to end in /
