@@ -67,7 +67,7 @@ for name, pipeline in sorted(all_pipelines().items()):
             )
 
         # Runs once the audit finished (passed or failed), and fails if a blocking suite failed.
-        @task(task_id="gold_gate", trigger_rule=TriggerRule.NONE_SKIPPED)
+        @task(task_id="gold_gate", trigger_rule=TriggerRule.NONE_SKIPPED, retries=0)
         def gate(pipeline: str = name, run_id: str | None = None, dag_run: Any = None) -> dict[str, Any]:
             assert run_id is not None and dag_run is not None
             return tasks.gold_gate(pipeline, dag_run.dag_id, run_id, "audit_interval")
@@ -80,7 +80,7 @@ for name, pipeline in sorted(all_pipelines().items()):
         planned = plan()
         settle >> planned
         silver = TidewaterSparkJobOperator(task_id="recompute_silver", job="batch", job_args=planned["silver"])
-        audit = TidewaterAuditOperator(task_id="audit_interval", job_args=planned["audit"])
+        audit = TidewaterAuditOperator(task_id="audit_interval", job_args=planned["audit"], retries=0)
         gold = TidewaterSparkJobOperator(task_id="publish_gold", job="batch", job_args=planned["gold"])
         silver >> audit >> gate() >> gold
-        gold >> TidewaterAuditOperator(task_id="audit_gold", job_args=planned["audit_gold"])
+        gold >> TidewaterAuditOperator(task_id="audit_gold", job_args=planned["audit_gold"], retries=0)

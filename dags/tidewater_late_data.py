@@ -50,4 +50,4 @@ with DAG(
 
         planned = plan()
         correct = TidewaterSparkJobOperator(task_id=f"correct_{name}", job="batch", job_args=planned["correct"])
-        correct >> TidewaterAuditOperator(task_id=f"audit_{name}", job_args=planned["audit"])
+        correct >> TidewaterAuditOperator(task_id=f"audit_{name}", job_args=planned["audit"], retries=0)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import time
 from pathlib import Path
 
@@ -110,7 +111,10 @@ def test_clean_data_passes_every_suite_and_reconciles(spark, clean: Settings) ->
     assert {r["dag_run_id"] for r in rows} == {result.rows[0].dag_run_id}
     index = join(clean.lake_uri, result.report_path).removeprefix("file://")
     html = Path(index).read_text(encoding="utf-8")
-    assert "rsvps.silver" in html and "rsvps.records" in html
+    assert "rsvps.silver" in html and "rsvps.records" in html and "FAILED" not in html
+    # The index works offline (no CDN scripts) and links each suite's validation page, which exists.
+    pages = re.findall(r'href="(validations/rsvps/silver/[^"]+)"', html)
+    assert pages and (Path(index).parent / pages[0]).exists()
 
 
 def test_duplicates_forced_into_silver_and_gold_are_caught(spark, clean: Settings) -> None:

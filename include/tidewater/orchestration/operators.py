@@ -44,7 +44,8 @@ class TidewaterSparkJobOperator(SparkSubmitOperator):
 
 class TidewaterAuditOperator(TidewaterSparkJobOperator):
     """The audit job (spark_jobs/audit.py), with a "Data quality report" button on its task instances
-    that opens the Data Docs of the run in the tidewater plugin."""
+    that opens the Data Docs of the run in the tidewater plugin. DAGs give it ``retries=0``: a failed
+    suite fails the same way again, and a retry would only delay the red task and the gate."""
 
     def __init__(self, *, job_args: Sequence[str] | Any, **kwargs: Any) -> None:
         super().__init__(job="audit", job_args=job_args, **kwargs)

@@ -139,6 +139,14 @@ def run_audit(spark: SparkSession, settings: Settings, request: AuditRequest) ->
                     outcome = runner.validate(suites.load_suite(pipeline, name), frame, layer=name)
                     outcomes.append((name, _with_rows(outcome, frame.count())))
             reconciliation = reconcile(spark, layout, frames) if suites.RECONCILIATION in wanted else None
+            summary = {o.suite: (o.success, o.failures) for _, o in outcomes}
+            if reconciliation is not None:
+                summary[suites.suite_name(pipeline, suites.RECONCILIATION)] = (
+                    reconciliation.success,
+                    reconciliation.failures,
+                )
+            title = f"{pipeline.name} audit of [{iso(request.interval.start)}, {iso(request.interval.end)})"
+            reports.write_index(Path(docs), f"{title} {request.dag_id} {request.dag_run_id}".strip(), summary)
             report_path = reports.publish(Path(docs), layout, audit_id)
     finally:
         frames.unpersist()
