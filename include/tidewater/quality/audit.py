@@ -121,7 +121,14 @@ def run_audit(spark: SparkSession, settings: Settings, request: AuditRequest) ->
         request.dag_id or "manual", request.task_id, request.dag_run_id, now.strftime("%Y%m%dT%H%M%S%fZ")
     )
     wanted = set(request.checks)
-    frames = fr.read_interval(spark, layout, request.interval, gold=GOLD in wanted, silver=suites.SILVER in wanted)
+    frames = fr.read_interval(
+        spark,
+        layout,
+        request.interval,
+        bronze=request.needs_bronze,
+        silver=suites.SILVER in wanted,
+        gold=GOLD in wanted,
+    )
     outcomes: list[tuple[str, SuiteOutcome]] = []
     try:
         with tempfile.TemporaryDirectory(prefix="tidewater-docs-") as docs:
