@@ -92,13 +92,9 @@ def interval_args(pipeline: str, start: Any, end: Any, run_id: str) -> list[str]
     return _batch_args("recompute", pipeline, begin, finish, run_id)
 
 
-def replay_args(params: Mapping[str, Any], run_id: str) -> list[str]:
-    """Validate the replay DAG's params and what the source still holds; the Spark job's arguments."""
-    return replay_plan(params, run_id, dag_id="")["replay"]
-
-
 def replay_plan(params: Mapping[str, Any], run_id: str, *, dag_id: str) -> dict[str, list[str]]:
-    """The replay job's arguments and those of the audit of what it wrote (silver and gold of the range,
+    """Validate the replay DAG's params and what the source still holds; then the replay job's arguments
+    and those of the audit of what it wrote (silver and gold of the range,
     in the namespace it wrote; a live replay also reconciles the range's records)."""
     from tidewater.orchestration.params import check_range_held, parse_replay_params
 
