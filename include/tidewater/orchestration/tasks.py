@@ -89,7 +89,28 @@ def interval_args(pipeline: str, start: Any, end: Any, run_id: str) -> list[str]
     layout = PipelineLayout.of(settings, get_pipeline(pipeline))
     if not layout.table("bronze").exists():
         raise AirflowSkipException(f"no bronze table at {layout.table_uri('bronze')} yet: nothing to recompute")
+    files, first = _first_arrival(layout.table("bronze"))
+    if files == 0 or (first is not None and first >= finish):
+        # Before the lake's history (e.g. the hour before the platform first ran), not a silent
+        # producer: auditing it would fail the row-count minimum for nothing.
+        raise AirflowSkipException(
+            f"bronze's first record reached Kafka at {first or 'no time yet'}, after {interval}: nothing was ingested"
+        )
     return _batch_args("recompute", pipeline, begin, finish, run_id)
+
+
+def _first_arrival(bronze: Any) -> tuple[int, dt.datetime | None]:
+    """Bronze's data files and earliest Kafka timestamp, from the Delta log's file statistics (no data
+    read); the time is None when a file has no statistics."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    actions = pa.table(bronze.open().get_add_actions(flatten=True))
+    stat = "min.kafka_timestamp"
+    if actions.num_rows == 0 or stat not in actions.column_names or actions.column(stat).null_count:
+        return actions.num_rows, None
+    first = pc.min(actions.column(stat)).as_py()
+    return actions.num_rows, first if first.tzinfo else first.replace(tzinfo=dt.UTC)
 
 
 def replay_plan(params: Mapping[str, Any], run_id: str, *, dag_id: str) -> dict[str, list[str]]:
