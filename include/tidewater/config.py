@@ -73,6 +73,7 @@ class Settings:
     stream_stall_seconds: float = 300.0  # alive but no heartbeat for this long: stalled, restart it
     stream_startup_seconds: float = 240.0  # a launched driver may take this long to claim its checkpoint
     stream_stop_timeout_seconds: float = 60.0  # graceful stop, then SIGKILL
+    stream_max_restarts: int = 3  # restarts of a stream dying on every start without a batch; then failed
 
     # Airflow (the embedded default: SQLite + LocalExecutor, components as separate processes).
     airflow_port: int = 8080
