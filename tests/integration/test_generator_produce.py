@@ -218,3 +218,22 @@ def test_cli_ctrl_c_flushes_and_exits_130(broker: EmbeddedBroker, tmp_path: Path
     sent = int(summary.split()[2])
     records = read_partitions(broker.bootstrap_servers, "rsvps-sigint", 4)
     assert sent > 0 and sum(len(v) for v in records.values()) == sent  # everything sent was flushed
+
+
+def test_fast_run_of_a_slow_rate_stamps_no_record_in_the_future(settings: Settings, broker: EmbeddedBroker) -> None:
+    """Issue 9 item 9: `generate --count 5 --rate 0.0005 --as-fast-as-possible` simulates records 2,000 s
+    apart starting now; Apache Kafka 4.1 refuses records more than an hour in the future. The Kafka
+    timestamp is the send time at the latest; the payload keeps the simulated times."""
+    parser = argparse.ArgumentParser()
+    generator_cli.add_arguments(parser)
+    args = parser.parse_args(
+        ["--topic", "rsvps-future", "--partitions", "1", "--count", "5", "--rate", "0.0005", "--as-fast-as-possible"]
+    )
+    began = int(time.time() * 1000)
+    assert generator_cli.run(args, settings, out=io.StringIO()) == 0
+    ended = int(time.time() * 1000)
+    records = read_partitions(broker.bootstrap_servers, "rsvps-future", 1)[0]
+    assert len(records) == 5
+    assert all(began <= r.timestamp <= ended for r in records), [r.timestamp - ended for r in records]
+    sent_times = sorted(parse_ts(json.loads(r.value)["sent_time"]) for r in records)
+    assert sent_times[-1] - sent_times[0] == 4 * 2_000_000  # simulated: 2,000 s apart, up to 2.2 h ahead

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from collections import Counter, defaultdict
 from itertools import pairwise
 
@@ -252,3 +253,95 @@ def test_config_validation_errors_are_one_line(changes: dict, fragment: str) -> 
 def test_negative_count_rejected() -> None:
     with pytest.raises(ConfigError):
         list(generate(GeneratorConfig(), -1))
+
+
+class _Acknowledged:
+    """A send future that is already acknowledged."""
+
+    def get(self, timeout: float | None = None) -> None:
+        return None
+
+    def add_callback(self, callback) -> None:
+        callback(None)
+
+    def add_errback(self, errback) -> None:
+        pass
+
+
+class _RecordingProducer:
+    """Stands in for KafkaProducer: records each send's Kafka timestamp and the wall clock after it."""
+
+    def __init__(self) -> None:
+        self.sends: list[tuple[int, int, bytes]] = []
+
+    def send(self, topic: str, *, key: bytes, value: bytes, timestamp_ms: int) -> _Acknowledged:
+        self.sends.append((timestamp_ms, int(time.time() * 1000), value))
+        return _Acknowledged()
+
+    def flush(self, timeout: float | None = None) -> None:
+        pass
+
+    def close(self, timeout: float | None = None) -> None:
+        pass
+
+
+def test_kafka_timestamps_never_run_ahead_of_the_wall_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 9 item 9: `generate --count 5 --rate 0.0005 --as-fast-as-possible` simulates records
+    2,000 s apart from now; Kafka 4.1 refused those more than an hour ahead. The Kafka timestamp is
+    capped at the send time; the payload keeps the simulated (future) times."""
+    from tidewater.config import Settings
+    from tidewater.generator import producer as producer_module
+
+    fake = _RecordingProducer()
+    monkeypatch.setattr(producer_module, "_check_topic", lambda settings, topic: None)
+    monkeypatch.setattr(producer_module, "_open_producer", lambda settings: (fake, False))
+    began = int(time.time() * 1000)
+    config = GeneratorConfig(rate=0.0005, clock_skew_ms=(0, 0, 3_600_000))  # start: now
+    report = producer_module.produce(
+        Settings(kafka_bootstrap_servers="127.0.0.1:1"), "t", config, count=5, realtime=False
+    )
+
+    assert report.sent == 5 and report.errors == 0 and len(fake.sends) == 5
+    for timestamp_ms, wall_after_ms, _ in fake.sends:
+        assert began <= timestamp_ms <= wall_after_ms
+    sent_times = [parse_ts(json.loads(value)["sent_time"]) for _, _, value in fake.sends]
+    assert max(sent_times) - began >= 4 * 2_000_000 - 1  # the payload still runs ahead, as simulated
+    generated = list(generate(dataclasses.replace(config, start_time_ms=sent_times[0]), 5))
+    assert [v for _, _, v in fake.sends] == [r.value for r in generated]  # records unchanged otherwise
+
+
+def test_kafka_timestamp_keeps_a_past_simulated_time() -> None:
+    from tidewater.generator.producer import kafka_timestamp
+
+    record = next(generate(GeneratorConfig(start_time_ms=START), 1))
+    now = START + 10_000
+    assert kafka_timestamp(record, now) == record.timestamp_ms  # a replayed past stays reproducible
+    assert kafka_timestamp(dataclasses.replace(record, timestamp_ms=now + 1), now) == now
+
+
+def test_a_broker_refusing_timestamps_is_reported_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kafka import errors as kerr
+
+    from tidewater.config import Settings
+    from tidewater.errors import one_line
+    from tidewater.generator import producer as producer_module
+
+    class Refused(_Acknowledged):
+        def add_callback(self, callback) -> None:
+            pass
+
+        def add_errback(self, errback) -> None:
+            errback(kerr.InvalidTimestampError())
+
+    class RefusingProducer(_RecordingProducer):
+        def send(self, topic: str, *, key: bytes, value: bytes, timestamp_ms: int) -> _Acknowledged:
+            super().send(topic, key=key, value=value, timestamp_ms=timestamp_ms)
+            return Refused()
+
+    monkeypatch.setattr(producer_module, "_check_topic", lambda settings, topic: None)
+    monkeypatch.setattr(producer_module, "_open_producer", lambda settings: (RefusingProducer(), False))
+    with pytest.raises(producer_module.ProduceError) as info:
+        producer_module.produce(Settings(kafka_bootstrap_servers="127.0.0.1:1"), "t", MESSY, count=3, realtime=False)
+    line = one_line(info.value)
+    assert line.startswith("ProduceError: 3 record(s) to topic 't'") and "\n" not in line
+    assert "InvalidTimestampError" in line and "log.message.timestamp" in line and "--start-time" in line

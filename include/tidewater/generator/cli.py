@@ -65,7 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--as-fast-as-possible",
         action="store_true",
-        help="do not pace sends to --rate (event times still follow the simulated schedule)",
+        help="do not pace sends to --rate (event times still follow the simulated schedule; Kafka record "
+        "timestamps are capped at the wall clock)",
     )
 
     gen = parser.add_argument_group("generator")

@@ -5,7 +5,9 @@ what this module produces, so the generator must be exactly reproducible: the sa
 :class:`GeneratorConfig` always yields the same records, byte for byte. Time therefore comes
 from a *simulated* clock that starts at ``start_time_ms`` and advances by ``1000 / rate`` ms
 per record (faster during bursts); the wall clock is read at most once, and only when
-``start_time_ms`` is None.
+``start_time_ms`` is None. Simulated times may run ahead of the wall clock (a fast run of a slow
+rate, clock skew); they stay in the payload, while the Kafka record timestamp the producer sets is
+never later than the moment it sends (see :func:`tidewater.generator.producer.kafka_timestamp`).
 
 The imperfections a real collection tier shows are injected on purpose and labelled in
 :attr:`GeneratedRecord.kind`, so a test can tell which records silver must keep, drop or
@@ -139,7 +141,9 @@ class GeneratedRecord:
 
     key: bytes  # venue_id as utf-8: the entity key, so one venue always lands in one partition
     value: bytes
-    timestamp_ms: int  # Kafka record timestamp: when (by its producer's clock) the record was sent
+    # When (by its producer's simulated clock) the record is sent: the payload's sent_time. The producer
+    # stamps Kafka's timestamp with min(this, wall clock): brokers refuse records from the future.
+    timestamp_ms: int
     kind: str  # one of KINDS
     event_id: str | None
     producer_id: str

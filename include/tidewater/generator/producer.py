@@ -5,6 +5,12 @@ duplicates of their own: every duplicate in the topic is one the generator injec
 and labelled. Nothing is dropped silently: each send is tracked to its acknowledgement, and
 :func:`produce` raises if any record failed.
 
+The Kafka record timestamp (CreateTime) is the record's simulated send time, but never later than
+the wall clock when it is sent (:func:`kafka_timestamp`): an as-fast-as-possible run of a slow rate
+simulates hours ahead, and a broker refuses records from the future (Apache Kafka 4.1: more than an
+hour, ``log.message.timestamp.after.max.ms``). The payload keeps the simulated times, including
+the clock-skew knob's future ones, which is what the pipeline's checks are about.
+
 Topic creation is explicit (:func:`ensure_topic`, called by the CLI). :func:`produce` refuses a
 missing topic because the embedded broker (and many real clusters) would otherwise auto-create
 it with a default partition count on the producer's first metadata request.
@@ -26,7 +32,7 @@ from kafka.admin import NewTopic
 
 from tidewater.config import Settings
 from tidewater.errors import BrokerUnreachableError, ConfigError, TidewaterError, TopicNotFoundError
-from tidewater.generator.events import KINDS, GeneratorConfig, generate, rate_at
+from tidewater.generator.events import KINDS, GeneratedRecord, GeneratorConfig, generate, rate_at
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +82,12 @@ class ProduceError(TidewaterError):
     def __init__(self, message: str, report: ProduceReport) -> None:
         super().__init__(message)
         self.report = report
+
+
+def kafka_timestamp(record: GeneratedRecord, now_ms: int) -> int:
+    """The Kafka timestamp to send ``record`` with at wall-clock time ``now_ms``: its simulated send time,
+    but never in the future (brokers refuse those; a past simulated start stays as it is)."""
+    return min(record.timestamp_ms, now_ms)
 
 
 def _brief(exc: BaseException) -> str:
@@ -230,7 +242,8 @@ def produce(
     ``realtime=True`` paces sends to the configured rate (bursts included) with a token bucket;
     the simulated schedule starts at the wall clock, so payload times track real send times (as
     long as the producer keeps up with the rate) while the records stay exactly those of
-    :func:`generate`. ``realtime=False`` sends as fast as possible (tests, benchmarks).
+    :func:`generate`. ``realtime=False`` sends as fast as possible (tests, benchmarks); Kafka
+    timestamps are then capped at the wall clock (:func:`kafka_timestamp`).
     Raises :class:`ProduceError` if any record failed, TopicNotFoundError for a missing topic,
     BrokerUnreachableError if no broker answers within the request timeout.
     """
@@ -282,8 +295,9 @@ def produce(
                         break
                 if stop.is_set() or (duration_s is not None and time.monotonic() - started >= duration_s):
                     break
+            timestamp_ms = kafka_timestamp(record, int(time.time() * 1000))
             try:
-                future = producer.send(topic, key=record.key, value=record.value, timestamp_ms=record.timestamp_ms)
+                future = producer.send(topic, key=record.key, value=record.value, timestamp_ms=timestamp_ms)
             except kerr.KafkaError as exc:
                 send_error = exc  # e.g. metadata or buffer timeout: stop, flush what we have, report
                 break
@@ -295,7 +309,7 @@ def produce(
                     log.warning("broker rejected the idempotent producer (%s): producing without it", _brief(exc))
                     producer.close(timeout=5)
                     producer, idempotent = _make_producer(settings, False), False
-                    future = producer.send(topic, key=record.key, value=record.value, timestamp_ms=record.timestamp_ms)
+                    future = producer.send(topic, key=record.key, value=record.value, timestamp_ms=timestamp_ms)
                 except kerr.KafkaError:
                     pass  # counted by the errback below
             future.add_callback(delivery.ok)
@@ -322,9 +336,15 @@ def produce(
         progress(report)
     if report.errors:
         cause = send_error or delivery.first_error
+        hint = ""
+        if isinstance(cause, kerr.InvalidTimestampError):
+            hint = (
+                "; the broker refuses record timestamps this far from its clock (log.message.timestamp."
+                "before.max.ms / after.max.ms): use a later --start-time, or fix this machine's or the broker's clock"
+            )
         raise ProduceError(
             f"{report.errors} record(s) to topic {topic!r} at {settings.kafka_bootstrap_servers} were not "
-            f"acknowledged ({report.sent} sent): {_brief(cause) if cause else 'flush timed out'}",
+            f"acknowledged ({report.sent} sent): {_brief(cause) if cause else 'flush timed out'}{hint}",
             report,
         )
     return report
