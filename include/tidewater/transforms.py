@@ -10,9 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
+
+from tidewater import strict_json
 
 ERROR_COLUMN = "_error"
 CORRUPT_FIELD = "_corrupt_record"
@@ -42,8 +45,22 @@ def to_bronze(kafka_records: DataFrame) -> DataFrame:
         F.col("timestampType").alias("timestamp_type"),
         "headers",
         F.current_timestamp().alias("ingest_time"),
-        F.to_date("timestamp").alias("ingest_date"),
+        # A record whose Kafka timestamp no reader can hold has none (null): it still gets a date.
+        F.to_date(F.coalesce("timestamp", F.current_timestamp())).alias("ingest_date"),
     )
+
+
+def strict_violations(value: Column, payload_schema: StructType) -> Column:
+    """Per record: why its payload breaks the strict JSON contract, or null (see :mod:`tidewater.strict_json`).
+
+    An Arrow UDF: one Python call per record in a worker, no pandas in between."""
+    schema_json = payload_schema.json()
+
+    @F.arrow_udf(StringType())  # type: ignore[call-overload, misc]
+    def check(values: pa.Array) -> pa.Array:
+        return pa.array([strict_json.violation(v, schema_json) for v in values.to_pylist()], pa.string())
+
+    return check(value)
 
 
 def parse_payload(
@@ -52,19 +69,23 @@ def parse_payload(
     payload_schema: StructType,
     flatten: Sequence[Column],
     rules: Sequence[Rule],
+    strict: bool = True,
 ) -> DataFrame:
     """Bronze rows -> typed rows with lineage and an ``_error`` reason (null when valid).
 
-    Malformed JSON, missing fields and values of the wrong type (which JSON parsing turns into
-    nulls) all end up with a reason instead of being dropped.
+    Malformed JSON, missing fields and values of the wrong type all end up with a reason instead of
+    being dropped. ``strict`` (the default) first holds each payload to the strict JSON contract;
+    a payload that breaks it is never handed to Spark's lenient parser (nor to its nesting limits).
     """
-    text = F.col("value").cast("string")
+    strict_error = strict_violations(F.col("value"), payload_schema) if strict else F.lit(None).cast("string")
     # One JSON parse per record: Spark keeps what it could parse and puts the text of a record that
     # failed in the corrupt-record column. A record that yielded no field at all is malformed JSON;
     # one with some fields (a type mismatch somewhere) is judged by the rules on its nulls.
     with_corrupt = StructType([*payload_schema.fields, StructField(CORRUPT_FIELD, StringType())])
     nothing_parsed = " AND ".join(f"p.`{f.name}` IS NULL" for f in payload_schema.fields)
-    parsed = bronze.select(
+    checked = bronze.withColumn("_strict_error", strict_error)
+    text = F.when(F.col("_strict_error").isNull(), F.col("value").cast("string"))
+    parsed = checked.select(
         F.col("value").alias("_raw_value"),
         F.col("key").alias("_raw_key"),
         F.col("topic").alias("kafka_topic"),
@@ -72,6 +93,7 @@ def parse_payload(
         F.col("offset").alias("kafka_offset"),
         "kafka_timestamp",
         "ingest_time",
+        "_strict_error",
         F.from_json(text, with_corrupt, {"columnNameOfCorruptRecord": CORRUPT_FIELD}).alias("p"),
     ).withColumn("_bad_json", F.expr(f"p.`{CORRUPT_FIELD}` IS NOT NULL AND {nothing_parsed}"))
     typed = parsed.select(
@@ -80,11 +102,13 @@ def parse_payload(
         "_raw_value",
         "_raw_key",
         "_bad_json",
+        "_strict_error",
     )
-    reason: Column = F.when(F.col("_bad_json"), F.lit("malformed JSON"))
+    reason: Column = F.when(F.col("_strict_error").isNotNull(), F.col("_strict_error"))
+    reason = reason.when(F.col("_bad_json"), F.lit("malformed JSON"))
     for rule in rules:
         reason = reason.when(~F.coalesce(F.expr(rule.check), F.lit(False)), F.lit(rule.reason))
-    return typed.withColumn(ERROR_COLUMN, reason).drop("_bad_json")
+    return typed.withColumn(ERROR_COLUMN, reason).drop("_bad_json", "_strict_error")
 
 
 def valid_rows(parsed: DataFrame, columns: Sequence[str]) -> DataFrame:
@@ -94,8 +118,9 @@ def valid_rows(parsed: DataFrame, columns: Sequence[str]) -> DataFrame:
 def quarantined_rows(parsed: DataFrame) -> DataFrame:
     return parsed.where(F.col(ERROR_COLUMN).isNotNull()).select(
         F.col(ERROR_COLUMN).alias("reason"),
-        F.col("_raw_value").cast("string").alias("raw_value"),
-        F.col("_raw_key").cast("string").alias("raw_key"),
+        # The payload exactly as it arrived: bytes, so one that is not UTF-8 is kept and stays queryable.
+        F.col("_raw_value").alias("raw_value"),
+        F.col("_raw_key").alias("raw_key"),
         *LINEAGE_COLUMNS,
         F.to_date("ingest_time").alias("quarantine_date"),
     )
@@ -105,6 +130,23 @@ def first_per_key(rows: DataFrame, key: str) -> DataFrame:
     """One row per business key: the first to reach Kafka (lowest partition, then offset)."""
     order = Window.partitionBy(key).orderBy("kafka_partition", "kafka_offset")
     return rows.withColumn("_rank", F.row_number().over(order)).where("_rank = 1").drop("_rank")
+
+
+HELD_METRIC = "held_ahead_of_clock"
+
+
+def watermark_safe(events: DataFrame, time_column: str, max_lead: str) -> DataFrame:
+    """The events a streaming watermark may follow: none more than ``max_lead`` ahead of ``ingest_time``.
+
+    Spark's watermark is the latest event time seen minus the delay, so a single event stamped far
+    ahead (a producer's clock, or a forged time) would push it past every on-time event and drop them
+    all. Events ahead of the platform's clock are held out of the stream (counted in the query's
+    observed metric ``held_ahead_of_clock``); they stay in silver, and the batch recompute and the
+    late-data correction count them once their windows close. Batch jobs do not call this.
+    """
+    ahead = F.col(time_column) > F.col("ingest_time") + F.expr(f"INTERVAL {max_lead}")
+    observed = events.observe(HELD_METRIC, F.sum(F.when(ahead, 1).otherwise(0)).alias("rows"))
+    return observed.where(~ahead)
 
 
 def windowed_counts(

@@ -53,6 +53,7 @@ from tidewater.batch.windows import closed_before, feed_interval, interval_gold
 from tidewater.config import Settings
 from tidewater.errors import ConfigError
 from tidewater.lake.layout import PipelineLayout
+from tidewater.lake.reads import read_table
 from tidewater.pipelines.base import GoldTable, Pipeline
 
 LIVE = "live"
@@ -231,9 +232,11 @@ def rebuild(spark: SparkSession, plan: Rebuild) -> BatchResult:
             # we did not write), so no event is lost either way.
             with target.lock("silver").hold(plan.purpose):
                 source = _source_silver(spark, plan).persist(StorageLevel.MEMORY_AND_DISK)
-                fresh = source.where(selection.column()).orderBy(
-                    pipeline.partition_column, pipeline.event_time, pipeline.key
-                )
+                fresh = source.where(selection.column())
+                elsewhere = _keys_held_elsewhere(spark, plan)
+                if elsewhere is not None:
+                    fresh = fresh.join(elsewhere, on=pipeline.key, how="left_anti")
+                fresh = fresh.orderBy(pipeline.partition_column, pipeline.event_time, pipeline.key)
                 result = silver_table.replace_where(fresh.toArrow(), selection.sql(), metadata=meta)
                 tables["silver"] = TableOutcome.of(result)
         if not writes_gold:
@@ -292,6 +295,22 @@ def _source_silver(spark: SparkSession, plan: Rebuild) -> DataFrame:
     else:
         bronze = sources.bronze_since(spark, plan.source_layout.table("bronze"), since)
     return pipeline.silver_from_bronze(bronze)
+
+
+def _keys_held_elsewhere(spark: SparkSession, plan: Rebuild) -> DataFrame | None:
+    """Keys silver already holds with an event time outside the interval.
+
+    Silver keeps one row per key, the first copy to arrive (:mod:`tidewater.dedup`); a later copy
+    with another event time is a conflict, not a second row. The interval's bronze may hold such a
+    copy without its original (which arrived earlier, with its own time), so the rebuild leaves out
+    every key that silver holds elsewhere, as the stream did.
+    """
+    pipeline = plan.pipeline
+    silver = plan.source_layout.table("silver")
+    if not silver.exists():
+        return None
+    inside = Selection(pipeline.event_time, plan.interval).column()
+    return read_table(spark, silver.uri).where(~inside).select(pipeline.key).distinct()
 
 
 def _rebuild_gold(

@@ -39,7 +39,7 @@ def bronze_since(spark: SparkSession, table: LakeTable, since: dt.datetime) -> D
     first = since.date().isoformat()
     dates = sorted({d for f in table.files() if (d := f.partition_values.get("ingest_date")) and d >= first})
     bronze = read_table(spark, table.uri, partition_filter={"ingest_date": dates})
-    return bronze.where(F.col("kafka_timestamp") >= F.lit(since))
+    return bronze.where(F.coalesce("kafka_timestamp", "ingest_time") >= F.lit(since))
 
 
 def kafka_since(spark: SparkSession, settings: Settings, pipeline: Pipeline, since: dt.datetime) -> DataFrame:

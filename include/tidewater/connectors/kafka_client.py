@@ -60,6 +60,18 @@ class PartitionClient(Protocol):
     def close(self) -> None: ...
 
 
+# Kafka timestamps are any int64 of milliseconds a producer chose; Spark, Delta and Python hold years
+# 1-9999 only (see tidewater.times). Outside that the record is kept with a null timestamp.
+_MIN_TS_MS, _MAX_TS_MS = -62_135_596_800_000, 253_402_300_799_999
+
+
+def timestamp_micros(ms: int | None) -> int | None:
+    """A record's Kafka timestamp (ms) as epoch microseconds, or None when no reader could hold it."""
+    if ms is None or not _MIN_TS_MS <= ms <= _MAX_TS_MS:
+        return None
+    return ms * 1000
+
+
 def records_to_arrow(rows: dict[str, list[Any]]) -> pa.RecordBatch:
     """Column lists -> one Arrow batch in :data:`RECORD_SCHEMA`."""
     return pa.RecordBatch.from_arrays(
@@ -241,7 +253,7 @@ class KafkaPythonClient:
                 columns["topic"].append(topic)
                 columns["partition"].append(partition)
                 columns["offset"].append(record.offset)
-                columns["timestamp"].append(record.timestamp * 1000)
+                columns["timestamp"].append(timestamp_micros(record.timestamp))
                 columns["timestampType"].append(record.timestamp_type)
                 columns["headers"].append([(k, v) for k, v in (record.headers or [])])
             position = consumer.position(tp)

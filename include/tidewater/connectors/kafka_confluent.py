@@ -15,7 +15,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from tidewater.connectors.kafka_client import KafkaPythonClient, empty_columns, records_to_arrow, retention_lost
+from tidewater.connectors.kafka_client import (
+    KafkaPythonClient,
+    empty_columns,
+    records_to_arrow,
+    retention_lost,
+    timestamp_micros,
+)
 from tidewater.errors import BrokerUnreachableError
 
 
@@ -80,7 +86,7 @@ class ConfluentClient(KafkaPythonClient):
                     columns["topic"].append(topic)
                     columns["partition"].append(partition)
                     columns["offset"].append(offset)
-                    columns["timestamp"].append(ts * 1000)
+                    columns["timestamp"].append(timestamp_micros(ts))
                     columns["timestampType"].append(max(ts_type - 1, 0))  # librdkafka: 1 create, 2 log-append
                     columns["headers"].append(message.headers() or [])
                     position = offset + 1

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tidewater.lake.storage import filesystem, join
+from tidewater.times import iso_text, micros_iso
 
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 MAX_STRING_STAT = 32
@@ -38,7 +39,7 @@ def partition_value_text(value: Any) -> str | None:
     if value is None:
         return None
     if isinstance(value, dt.datetime):
-        return value.strftime("%Y-%m-%d %H:%M:%S.%f")
+        return iso_text(value, sep=" ", suffix="")
     if isinstance(value, dt.date):
         return value.isoformat()
     if isinstance(value, bool):
@@ -46,8 +47,8 @@ def partition_value_text(value: Any) -> str | None:
     return str(value)
 
 
-def _ts_text(micros: int) -> str:
-    return dt.datetime.fromtimestamp(micros / 1e6, tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+def _ts_text(micros: int) -> str | None:
+    return micros_iso(micros, digits=3)
 
 
 def file_stats(table: pa.Table) -> str:
@@ -66,14 +67,24 @@ def file_stats(table: pa.Table) -> str:
         nulls[name] = column.null_count
         if column.null_count == len(column) or len(column) == 0:
             continue
-        if pa.types.is_integer(kind) or pa.types.is_date(kind):
+        if pa.types.is_integer(kind):
             lo, hi = pc.min_max(column).values()
-            mins[name], maxs[name] = _json_value(lo.as_py()), _json_value(hi.as_py())
+            mins[name], maxs[name] = lo.as_py(), hi.as_py()
+        elif pa.types.is_date(kind):
+            days = column.cast(pa.date32()).cast(pa.int32())
+            lo, hi = pc.min_max(days).values()
+            low, high = micros_iso(lo.as_py() * 86_400_000_000), micros_iso(hi.as_py() * 86_400_000_000)
+            if low is not None and high is not None:
+                mins[name], maxs[name] = low[:10], high[:10]
         elif pa.types.is_timestamp(kind):
             micros = column.cast(pa.timestamp("us", tz=kind.tz)).cast(pa.int64())
             lo, hi = pc.min_max(micros).values()
             lo_ms, hi_ms = lo.as_py() // 1000 * 1000, -(-hi.as_py() // 1000) * 1000
-            mins[name], maxs[name] = _ts_text(lo_ms), _ts_text(hi_ms)
+            low, high = _ts_text(lo_ms), _ts_text(hi_ms)
+            if low is not None and high is not None:  # no bounds beyond years 1-9999: readers then scan
+                mins[name], maxs[name] = low, high
+        elif pa.types.is_floating(kind):
+            continue  # NaN and infinities have no JSON spelling; floats get no bounds
         elif pa.types.is_string(kind) or pa.types.is_large_string(kind):
             lo, hi = pc.min_max(column).values()
             if len(lo.as_py()) <= MAX_STRING_STAT and len(hi.as_py()) <= MAX_STRING_STAT:
@@ -82,10 +93,6 @@ def file_stats(table: pa.Table) -> str:
         {"numRecords": table.num_rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls},
         separators=(",", ":"),
     )
-
-
-def _json_value(value: Any) -> Any:
-    return value.isoformat() if isinstance(value, dt.date) else value
 
 
 def write_data_files(

@@ -1,6 +1,6 @@
 """Where a pipeline's tables and checkpoints live.
 
-    <lake root>/<namespace>/<pipeline>/bronze | silver | quarantine | gold/<name>
+    <lake root>/<namespace>/<pipeline>/bronze | silver | quarantine | conflicts | gold/<name>
     <lake root>/<namespace>/<pipeline>/corrections     (the late-data correction ledger)
     <lake root>/<namespace>/<pipeline>/audits          (data-quality and reconciliation results)
     <lake root>/<namespace>/<pipeline>/reports/<id>/   (Data Docs of one audit run: index.html)
@@ -35,7 +35,7 @@ class PipelineLayout:
 
     @property
     def table_names(self) -> tuple[str, ...]:
-        return ("bronze", "silver", "quarantine", *(f"gold/{g.name}" for g in self.pipeline.gold))
+        return ("bronze", "silver", "quarantine", "conflicts", *(f"gold/{g.name}" for g in self.pipeline.gold))
 
     def table_uri(self, table: str) -> str:
         if table not in self.table_names:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import DeltaError, TableNotFoundError
@@ -149,6 +150,23 @@ class LakeTable:
             )
             for row in actions.to_pylist()
         ]
+
+    def lookup(self, column: str, values: pa.Array, columns: Sequence[str] | None = None) -> pa.Table:
+        """Rows of the current snapshot whose ``column`` is one of ``values`` (on the driver, no Spark).
+
+        Reads the column of every live file (vectorised, with the log's file list, so old versions
+        never leak in) and the other columns only of matching rows: the stream's de-duplication by
+        key, which no partition or file statistic can narrow for random keys.
+        """
+        table = self.open()
+        if len(values) == 0:
+            empty = self.arrow_schema(table).empty_table()
+            return empty.select(list(columns)) if columns else empty
+        dataset = table.to_pyarrow_dataset()
+        return dataset.to_table(
+            columns=list(columns) if columns else None,
+            filter=pc.field(column).isin(values.unique()),
+        )
 
     def row_count(self) -> int:
         """Rows in the current snapshot, from file statistics (no data is read)."""

@@ -19,6 +19,7 @@ from pyspark.sql.types import StructType
 
 from tidewater import transforms
 from tidewater.connectors.kafka_client import SPARK_RECORD_DDL
+from tidewater.dedup import CONFLICT_SCHEMA
 from tidewater.pipelines.contract import Constraint, Quality
 
 GoldBuilder = Callable[[DataFrame], DataFrame]
@@ -66,16 +67,41 @@ class Pipeline:
     watermark: str = "2 minutes"
     gold: tuple[GoldTable, ...] = ()
     partition_column: str = "event_date"
-    # how far event time may run ahead of the clock before it counts as "in the future"
+    # how far event time may run ahead of the clock before it counts as "in the future" (quarantined)
     clock_skew_tolerance: str = "5 minutes"
+    # How far ahead of the platform's clock (ingest time) an event may be and still feed the streaming
+    # gold queries. Spark's watermark is the latest event time seen minus the delay, so one event
+    # ahead by more than this would make on-time events late; such events stay in silver and reach
+    # gold through the batch recompute and the late-data correction (counted as held back).
+    max_event_lead: str = "10 seconds"
+    # Payloads are held to the strict JSON contract (tidewater.strict_json) unless this is False:
+    # then Spark's lenient reader decides (numbers as strings, trailing data ignored, last duplicate
+    # key wins, invalid UTF-8 replaced).
+    strict_json: bool = True
     # the silver (and gold) column a replay may be restricted to, e.g. one venue
     entity_column: str | None = None
     quality: Quality = field(default_factory=Quality)
 
     @property
     def all_rules(self) -> tuple[transforms.Rule, ...]:
-        """Quarantine rules in the order they are tried: the contract's, then the free-form ones."""
-        return (*(c.rule() for c in self.constraints), *self.rules)
+        """Quarantine rules in the order they are tried: the contract's, the free-form ones, then the
+        platform's own (an event time every window, table and reader can hold)."""
+        return (*(c.rule() for c in self.constraints), *self.rules, self.event_time_rule)
+
+    @property
+    def event_time_rule(self) -> transforms.Rule:
+        """Years 1-9999 with a day to spare either side, so no window around the event leaves the range
+        Python, Arrow conversion and Delta statistics share."""
+        column = f"`{self.event_time}`"
+        return transforms.Rule(
+            f"{self.event_time} outside the years 0001-9999",
+            f"{column} >= TIMESTAMP'0001-01-02 00:00:00' AND {column} < TIMESTAMP'9999-12-31 00:00:00'",
+        )
+
+    @property
+    def compared_columns(self) -> tuple[str, ...]:
+        """What makes two copies of one key the same event: every declared silver column."""
+        return tuple(self.columns)
 
     # ---- pure transforms --------------------------------------------------------------------------
 
@@ -83,7 +109,11 @@ class Pipeline:
         """Bronze -> typed rows with lineage and ``_error`` (see :func:`transforms.parse_payload`)."""
         flatten = [F.expr(expr).alias(name) for name, expr in self.columns.items()]
         parsed = transforms.parse_payload(
-            bronze, payload_schema=self.payload_schema, flatten=flatten, rules=self.all_rules
+            bronze,
+            payload_schema=self.payload_schema,
+            flatten=flatten,
+            rules=self.all_rules,
+            strict=self.strict_json,
         )
         return parsed.withColumn(self.partition_column, F.to_date(self.event_time))
 
@@ -114,7 +144,7 @@ class Pipeline:
     # ---- schemas, derived by running the transforms on empty input --------------------------------
 
     def schemas(self, spark: SparkSession) -> dict[str, pa.Schema]:
-        """Arrow schemas of every table: bronze, silver, quarantine and each gold table."""
+        """Arrow schemas of every table: bronze, silver, quarantine, conflicts and each gold table."""
         kafka = spark.createDataFrame([], SPARK_RECORD_DDL)
         bronze = transforms.to_bronze(kafka)
         parsed = self.parse(bronze)
@@ -123,6 +153,7 @@ class Pipeline:
             "bronze": _arrow(bronze.schema),
             "silver": _arrow(silver.schema),
             "quarantine": _arrow(self.quarantine(parsed).schema),
+            "conflicts": CONFLICT_SCHEMA,
         }
         for table in self.gold:
             out[f"gold/{table.name}"] = _arrow(table.rows(silver).schema)

@@ -85,9 +85,12 @@ class Between:
 class NotAfterArrival:
     """Event time no later than the record's arrival plus a clock-skew tolerance.
 
-    The quarantine rule compares with the Kafka timestamp (the producer's clock, reproducible by a
-    replay); the audit compares with ``ingest_time`` (the platform's clock when the stream read the
-    record), which also catches a producer whose clock runs ahead, as both its times do.
+    Arrival is the earlier of the Kafka timestamp and ``ingest_time``: a producer sets its record's
+    CreateTime (one that stamps year 9999 would otherwise pass any "not in the future" check and drag
+    a watermark along), but not the platform's clock when the stream read the record. The earlier of
+    the two also keeps the decision reproducible: a replay from bronze has both as they were, and a
+    replay from Kafka reads later, so the Kafka timestamp decides as it did live. The audit compares
+    with ``ingest_time`` alone.
     """
 
     column: str
@@ -95,8 +98,8 @@ class NotAfterArrival:
 
     def rule(self) -> Rule:
         return Rule(
-            f"{self.column} more than {self.tolerance} after the record reached Kafka",
-            f"{self.column} <= kafka_timestamp + INTERVAL {self.tolerance}",
+            f"{self.column} more than {self.tolerance} ahead of the record's arrival",
+            f"{self.column} <= least(kafka_timestamp, ingest_time) + INTERVAL {self.tolerance}",
         )
 
     @property

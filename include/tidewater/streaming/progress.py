@@ -24,7 +24,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 log = logging.getLogger(__name__)
 
 
-def summarize(progress: dict[str, Any], late_total: int) -> dict[str, Any]:
+def summarize(progress: dict[str, Any], late_total: int, held_total: int = 0) -> dict[str, Any]:
     """The fields a supervisor needs, from Spark's progress JSON."""
     lag: dict[str, int] = {}
     for source in progress.get("sources", []):
@@ -34,6 +34,9 @@ def summarize(progress: dict[str, Any], late_total: int) -> dict[str, Any]:
                 lag[key] = max(0, value - end[key])
     state = progress.get("stateOperators", [])
     dropped = sum(int(op.get("numRowsDroppedByWatermark", 0)) for op in state)
+    # Events held out of a gold query for running ahead of the clock (tidewater.transforms.watermark_safe).
+    held_metric = (progress.get("observedMetrics") or {}).get("held_ahead_of_clock") or {}
+    held = int(held_metric.get("rows") or 0)
     return {
         "name": progress.get("name"),
         "id": progress.get("id"),
@@ -50,6 +53,8 @@ def summarize(progress: dict[str, Any], late_total: int) -> dict[str, Any]:
         "state_rows": sum(int(op.get("numRowsTotal", 0)) for op in state),
         "rows_dropped_by_watermark": dropped,
         "rows_dropped_by_watermark_total": late_total + dropped,
+        "rows_held_ahead_of_clock": held,
+        "rows_held_ahead_of_clock_total": held_total + held,
         "lag": lag,
     }
 
@@ -79,6 +84,7 @@ class ProgressRecorder(StreamingQueryListener):
         self.directory = directory
         self.directory.mkdir(parents=True, exist_ok=True)
         self._late_totals: dict[str, int] = {}
+        self._held_totals: dict[str, int] = {}
         self._names: dict[str, str] = {}
 
     def path_for(self, name: str) -> Path:
@@ -89,14 +95,23 @@ class ProgressRecorder(StreamingQueryListener):
             self._names[str(event.id)] = event.name
             previous = read_progress(self.path_for(event.name))
             self._late_totals[event.name] = int((previous or {}).get("rows_dropped_by_watermark_total", 0))
+            self._held_totals[event.name] = int((previous or {}).get("rows_held_ahead_of_clock_total", 0))
 
     def onQueryProgress(self, event: Any) -> None:
         progress = json.loads(event.progress.json)
         name = progress.get("name")
         if not name:
             return
-        record = summarize(progress, self._late_totals.get(name, 0))
+        record = summarize(progress, self._late_totals.get(name, 0), self._held_totals.get(name, 0))
         self._late_totals[name] = record["rows_dropped_by_watermark_total"]
+        self._held_totals[name] = record["rows_held_ahead_of_clock_total"]
+        if record["rows_held_ahead_of_clock"]:
+            log.warning(
+                "%s: %d events ahead of the clock held out of the stream (kept in silver; the batch recompute "
+                "and the late-data correction count them)",
+                name,
+                record["rows_held_ahead_of_clock"],
+            )
         if record["rows_dropped_by_watermark"]:
             log.warning(
                 "%s: %d rows arrived behind the watermark (kept in silver; the late-data correction recomputes "

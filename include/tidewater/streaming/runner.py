@@ -96,6 +96,7 @@ class PipelineStreams:
             "bronze": ("ingest_date",),
             "silver": (self.pipeline.partition_column,),
             "quarantine": ("quarantine_date",),
+            "conflicts": ("detected_date",),
         }
         for name in self.layout.table_names:
             LakeTable(self.layout.table_uri(name)).ensure(
@@ -140,9 +141,10 @@ class PipelineStreams:
                 self.pipeline,
                 silver=LakeTable(self.layout.table_uri("silver")),
                 quarantine=LakeTable(self.layout.table_uri("quarantine")),
+                conflicts=LakeTable(self.layout.table_uri("conflicts")),
                 app_id=checkpoint.app_id,
                 query=self.query_name("silver"),
-                locks={t: self.layout.lock(t) for t in ("silver", "quarantine")},
+                locks={t: self.layout.lock(t) for t in ("silver", "quarantine", "conflicts")},
             )
 
         if tier.query == "bronze":
@@ -182,7 +184,7 @@ class PipelineStreams:
                 self.spark.readStream.format("tidewater-delta").option("skipChangeCommits", "true").load(tier.source)
             )
             writer = (
-                gold.rows(silver)
+                gold.rows(transforms.watermark_safe(silver, self.pipeline.event_time, self.pipeline.max_event_lead))
                 .writeStream.outputMode("update")
                 .foreachBatch(
                     GoldWriter(

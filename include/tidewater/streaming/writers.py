@@ -10,12 +10,14 @@ recompute or correction of the same live table never interleaves with it.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 
+from tidewater import dedup
+from tidewater.errors import TidewaterError, one_line
 from tidewater.lake import writes
 from tidewater.lake.locks import TableLock, holding
 from tidewater.lake.tables import LakeTable
@@ -26,13 +28,19 @@ log = logging.getLogger(__name__)
 
 
 class SilverWriter:
-    """Bronze rows -> silver (valid, first per key) + quarantine (invalid, with the reason).
+    """Bronze rows -> silver (valid, one row per key) + quarantine (invalid, with the reason) + conflicts.
 
-    Parsing, validation and in-batch de-duplication are the pipeline's pure Spark transforms. The
-    results (one micro-batch: small) go to the driver, where delta-rs commits them: quarantine as
-    an append, silver as an insert-only MERGE on (event date, key), so a duplicate is dropped
-    however late it arrives. Two Spark jobs and no cross-batch shuffle per micro-batch. Events
-    behind a gold watermark are *kept* here: that is what lets the late-data correction use them.
+    Parsing and validation are the pipeline's pure Spark transforms; their results (one micro-batch:
+    small) go to the driver. There the batch's valid rows meet the silver rows that already hold
+    their keys (:meth:`LakeTable.lookup`, under silver's lock), and :func:`tidewater.dedup.resolve`
+    decides: silver gains the first copy of each new key (an append), a copy that differs from the
+    kept one goes to ``conflicts`` with both versions, an identical copy is counted. Events behind a
+    gold watermark are *kept* here: that is what lets the late-data correction use them.
+
+    No record stops the query: if computing a batch fails for a reason in the data (a value some
+    function cannot handle), :func:`isolate_poison` re-runs the batch in halves from a local copy,
+    quarantines the records that fail on their own with the error, and goes on. A failure that every
+    part shares (storage, broker, memory) is raised as before.
     """
 
     def __init__(
@@ -41,6 +49,7 @@ class SilverWriter:
         *,
         silver: LakeTable,
         quarantine: LakeTable,
+        conflicts: LakeTable,
         app_id: str,
         query: str,
         locks: dict[str, TableLock] | None = None,
@@ -48,54 +57,123 @@ class SilverWriter:
         self.pipeline = pipeline
         self.silver = silver
         self.quarantine = quarantine
+        self.conflicts = conflicts
         self.app_id = app_id
         self.query = query  # the label of this step ("<namespace>.<pipeline>.silver") in logs and faults
         self.locks = locks or {}
 
     def __call__(self, bronze_batch: DataFrame, batch_id: int) -> None:
-        silver_done = self.silver.already_committed(self.app_id, batch_id)
-        quarantine_done = self.quarantine.already_committed(self.app_id, batch_id)
-        if silver_done and quarantine_done:
+        tables = {"silver": self.silver, "quarantine": self.quarantine, "conflicts": self.conflicts}
+        done = {name: table.already_committed(self.app_id, batch_id) for name, table in tables.items()}
+        if all(done.values()):
             log.info("%s batch %s already committed: skipped", self.query, batch_id)
             return
-        parsed = self.pipeline.parse(bronze_batch).persist()
-        try:
-            meta = {"tidewater.query": self.query, "tidewater.batch_id": batch_id}
-            if not quarantine_done:
-                rejected = self.pipeline.quarantine(parsed).toArrow()
-                with holding(self.locks.get("quarantine"), f"{self.query} batch {batch_id}"):
-                    self.quarantine.append_arrow(rejected, app_id=self.app_id, batch_id=batch_id, metadata=meta)
-            if not silver_done:
-                fresh = self.pipeline.dedup(self.pipeline.silver(parsed)).toArrow()
-                part = self.pipeline.partition_column
-                dates = sorted({str(d) for d in fresh.column(part).to_pylist() if d is not None})
-                with holding(self.locks.get("silver"), f"{self.query} batch {batch_id}"):
-                    self.silver.merge(
-                        fresh,
-                        keys=(part, self.pipeline.key),
-                        update=False,
-                        prune={part: dates},
-                        target_filter=event_time_range(fresh, self.pipeline.event_time),
-                        app_id=self.app_id,
-                        batch_id=batch_id,
-                        metadata=meta,
-                    )
-        finally:
-            parsed.unpersist()
+        rejected, valid = isolate_poison(self.pipeline, bronze_batch, self.query, batch_id)
+        meta = {"tidewater.query": self.query, "tidewater.batch_id": batch_id}
+        label = f"{self.query} batch {batch_id}"
+        if not done["quarantine"]:
+            with holding(self.locks.get("quarantine"), label):
+                self.quarantine.append_arrow(rejected, app_id=self.app_id, batch_id=batch_id, metadata=meta)
+        if not (done["silver"] and done["conflicts"]):
+            key = self.pipeline.key
+            with holding(self.locks.get("silver"), label):
+                existing = self.silver.lookup(key, valid.column(key).combine_chunks())
+                resolution = dedup.resolve(
+                    valid, existing, key=key, compared=self.pipeline.compared_columns, at=dt.datetime.now(dt.UTC)
+                )
+                if not done["conflicts"]:
+                    with holding(self.locks.get("conflicts"), label):
+                        self.conflicts.append_arrow(
+                            resolution.conflicts, app_id=self.app_id, batch_id=batch_id, metadata=meta
+                        )
+                if not done["silver"]:
+                    self.silver.append_arrow(resolution.fresh, app_id=self.app_id, batch_id=batch_id, metadata=meta)
+            if resolution.duplicates or resolution.conflicts.num_rows:
+                log.info(
+                    "%s: %d re-sent copies dropped, %d conflicting copies recorded",
+                    label,
+                    resolution.duplicates,
+                    resolution.conflicts.num_rows,
+                )
         faults.after_commit(self.query, batch_id)
 
 
-def event_time_range(rows: pa.Table, column: str) -> str | None:
-    """``t.<column>`` within the batch's event-time range. A duplicate carries its original's event
-    time, so this loses no match, and it lets delta-rs skip every silver file outside the range
-    (file statistics) instead of scanning whole date partitions as silver grows."""
-    if rows.num_rows == 0:
-        return None
-    low, high = pc.min_max(rows.column(column)).values()
-    if not low.is_valid:
-        return None
-    iso = "%Y-%m-%dT%H:%M:%S.%fZ"
-    return f"t.`{column}` >= '{low.as_py().strftime(iso)}' AND t.`{column}` <= '{high.as_py().strftime(iso)}'"
+# At most this many Spark jobs to isolate poison records in one batch; a failure that needs more is not
+# about a few records (it is raised).
+MAX_ISOLATION_JOBS = 256
+
+
+def isolate_poison(pipeline: Pipeline, bronze: DataFrame, query: str, batch_id: int) -> tuple[pa.Table, pa.Table]:
+    """(quarantine rows, valid silver rows incl. copies) of a bronze batch, with records that break the
+    computation itself quarantined with the error instead of failing the batch."""
+    try:
+        return _split(pipeline, bronze)
+    except Exception as exc:
+        if isinstance(exc, TidewaterError | OSError):
+            raise  # the lake, a lock or the broker: not about a record
+        first_error = exc
+    log.warning("%s batch %s failed (%s): isolating the records that cause it", query, batch_id, one_line(first_error))
+    try:
+        local = bronze.toArrow()  # the batch as it is, so the halves below read nothing from outside
+    except Exception:
+        raise first_error from None
+    spark = bronze.sparkSession
+    schema = bronze.schema
+    jobs = 0
+    rejected: list[pa.Table] = []
+    valid: list[pa.Table] = []
+    poison: list[tuple[pa.Table, str]] = []
+    pending = [local]
+    while pending:
+        part = pending.pop()
+        jobs += 1
+        if jobs > MAX_ISOLATION_JOBS:
+            log.error("%s batch %s: the failure is not confined to a few records", query, batch_id)
+            raise first_error
+        try:
+            q, v = _split(pipeline, spark.createDataFrame(part, schema=schema))
+        except Exception as exc:
+            if part.num_rows == 1:
+                poison.append((part, one_line(exc)))
+            else:
+                half = part.num_rows // 2
+                pending += [part.slice(half), part.slice(0, half)]
+            continue
+        rejected.append(q)
+        valid.append(v)
+    if not valid:  # every record failed on its own: that is the platform, not the data
+        raise first_error
+    if poison:
+        log.warning("%s batch %s: %d record(s) quarantined as unprocessable", query, batch_id, len(poison))
+    quarantine_schema = rejected[0].schema
+    rejected += [_unprocessable(record, reason, quarantine_schema) for record, reason in poison]
+    return pa.concat_tables(rejected), pa.concat_tables(valid)
+
+
+def _split(pipeline: Pipeline, bronze: DataFrame) -> tuple[pa.Table, pa.Table]:
+    parsed = pipeline.parse(bronze).persist()
+    try:
+        return pipeline.quarantine(parsed).toArrow(), pipeline.silver(parsed).toArrow()
+    finally:
+        parsed.unpersist()
+
+
+def _unprocessable(record: pa.Table, reason: str, schema: pa.Schema) -> pa.Table:
+    """A quarantine row for a bronze record the pipeline's transforms could not process."""
+    row = record.to_pylist()[0]
+    ingest = row.get("ingest_time")
+    values = {
+        "reason": f"record could not be processed: {reason}"[:1000],
+        "raw_value": row.get("value"),
+        "raw_key": row.get("key"),
+        "kafka_topic": row.get("topic"),
+        "kafka_partition": row.get("partition"),
+        "kafka_offset": row.get("offset"),
+        "kafka_timestamp": row.get("kafka_timestamp"),
+        "ingest_time": ingest,
+        "quarantine_date": ingest.date() if ingest is not None else None,
+    }
+    return pa.Table.from_pylist([{name: values.get(name) for name in schema.names}], schema=schema)
 
 
 class BronzeSilverWriter:

@@ -1,0 +1,111 @@
+"""The strict JSON contract of a payload: what Spark's lenient ``from_json`` lets through, refused.
+
+Spark's JSON reader accepts a number or an object where the schema declares a string (it keeps the
+text), ignores what follows the first object (so a second concatenated object, and its event, is
+silently lost), keeps the last of duplicate keys and replaces invalid UTF-8 with U+FFFD. A pipeline
+parses strictly unless its declaration opts into leniency: :func:`violation` says why a payload
+breaks the declared schema, or None when it holds. It runs in Spark's Python workers (one call per
+record, see :func:`tidewater.transforms.parse_payload`) and is pure, so it is unit-tested without
+Spark.
+
+Rules: bytes are UTF-8; the payload is exactly one JSON object (surrounding whitespace allowed);
+no key repeats within an object; a declared string is a JSON string, an integer a JSON integer
+within 64 bits, a double a JSON number (integers allowed), a boolean a JSON boolean, a timestamp
+or date a JSON string (its format is judged by the typed parse), a struct a JSON object; ``null``
+is allowed everywhere (required-ness is the contract's business). Undeclared keys are allowed.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from typing import Annotated, Any
+
+import msgspec
+
+INT64 = msgspec.Meta(ge=-(2**63), le=2**63 - 1)
+MAX_REASON = 200
+
+
+class _DuplicateKeyError(ValueError):
+    pass
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _DuplicateKeyError(key)
+        seen[key] = value
+    return seen
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _python_type(spark_type: dict[str, Any] | str) -> Any:
+    """A Spark type (its JSON form) -> the msgspec type that accepts exactly its JSON spelling, or null."""
+    if isinstance(spark_type, dict) and spark_type.get("type") == "struct":
+        return _struct(json.dumps(spark_type, sort_keys=True)) | None
+    if isinstance(spark_type, dict) and spark_type.get("type") == "array":
+        return list[_python_type(spark_type["elementType"])] | None  # type: ignore[misc]
+    if isinstance(spark_type, dict) and spark_type.get("type") == "map":
+        return dict[str, _python_type(spark_type["valueType"])] | None  # type: ignore[misc]
+    name = str(spark_type)
+    if name in ("string", "timestamp", "timestamp_ntz", "date", "binary") or name.startswith(("char", "varchar")):
+        return str | None
+    if name in ("long", "integer", "short", "byte"):
+        return Annotated[int, INT64] | None
+    if name in ("double", "float") or name.startswith("decimal"):
+        return float | None
+    if name == "boolean":
+        return bool | None
+    return Any
+
+
+@lru_cache(maxsize=64)
+def _struct(schema_json: str) -> type:
+    schema = json.loads(schema_json)
+    fields = [(f["name"], _python_type(f["type"]), None) for f in schema["fields"]]
+    return msgspec.defstruct("Payload", fields, forbid_unknown_fields=False)
+
+
+@lru_cache(maxsize=16)
+def _decoder(schema_json: str) -> msgspec.json.Decoder:
+    return msgspec.json.Decoder(_struct(schema_json), strict=True)
+
+
+def violation(raw: bytes | None, schema_json: str) -> str | None:
+    """Why ``raw`` breaks the strict contract of the Spark schema ``schema_json`` (``StructType.json()``),
+    or None. Never raises: anything unexpected is itself a reason."""
+    if raw is None:
+        return "payload is null"
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"payload is not valid UTF-8 (byte {exc.start})"
+    try:
+        _decoder(schema_json).decode(raw)
+    except msgspec.ValidationError as exc:
+        return _short(f"payload does not match the contract: {exc}")
+    except msgspec.DecodeError as exc:
+        return _short(f"malformed JSON: {str(exc).removeprefix('JSON is malformed: ')}")
+    except RecursionError:
+        return "malformed JSON: nested too deeply"
+    except Exception as exc:  # the contract must never crash a query
+        return _short(f"payload could not be checked: {type(exc).__name__}: {exc}")
+    try:  # msgspec keeps the last of duplicate keys; the standard parser tells us about them
+        json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant)
+    except _DuplicateKeyError as exc:
+        return _short(f"malformed JSON: duplicate key {str(exc)!r}")
+    except RecursionError:
+        return "malformed JSON: nested too deeply"
+    except ValueError as exc:
+        return _short(f"malformed JSON: {exc}")
+    return None
+
+
+def _short(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= MAX_REASON else text[: MAX_REASON - 3] + "..."
