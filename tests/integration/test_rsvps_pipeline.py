@@ -29,7 +29,7 @@ EXPECTED_REASON = {  # each reason starts so; strict parsing adds where and why
     "lat_out_of_range": "venue lat outside [-90, 90]",
     "bad_response": "response not one of yes/no/waitlist",
     "missing_member": "member_id missing",
-    "wrong_type_member_id": "payload does not match the contract: Expected `int | null`, got `str` - at `$.member.member_id`",
+    "wrong_type_member_id": "payload does not match the contract: Expected `int | null`, got `str`",
     "bad_event_time": "event_time missing or not an ISO-8601 timestamp",
 }
 
