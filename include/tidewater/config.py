@@ -9,7 +9,10 @@ that delta-rs, pyarrow and boto-based tools all see the same ones.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
+import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,10 +24,201 @@ from tidewater.errors import ConfigError
 ENV_PREFIX = "TIDEWATER_"
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 KAFKA_CLIENTS = ("kafka-python", "confluent")
+SASL_MECHANISMS = ("", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI")
+SPARK_MASTER = r"local(\[(\*|[1-9]\d*)(,\s*[1-9]\d*)?\])?|local-cluster\[.+\]|spark://\S+|yarn|k8s://\S+|mesos://\S+"
 
 
 def _default_state_dir() -> str:
     return str(Path.cwd() / ".state")
+
+
+# ---- how each setting is checked ----------------------------------------------------------------
+# Every field declares its check in its metadata (``setting(default, check)``), and
+# Settings.validate runs all of them, so a new setting cannot skip validation; a unit test fails for
+# a number without bounds. Each check returns what is wrong as "must be ..." text, or None.
+
+
+class Check:
+    def problem(self, value: Any) -> str | None:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Range(Check):
+    """A number within bounds (ge/gt below, le/lt above); floats must be finite."""
+
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+
+    def problem(self, value: Any) -> str | None:
+        if not math.isfinite(value):
+            return f"must be a finite number {self.describe()}"
+        if (
+            (self.ge is not None and value < self.ge)
+            or (self.gt is not None and value <= self.gt)
+            or (self.le is not None and value > self.le)
+            or (self.lt is not None and value >= self.lt)
+        ):
+            return f"must be {self.describe()}"
+        return None
+
+    def describe(self) -> str:
+        if self.ge is not None and self.le is not None:
+            return f"from {_number(self.ge)} to {_number(self.le)}"
+        bounds = ((">=", self.ge), (">", self.gt), ("<=", self.le), ("<", self.lt))
+        return " and ".join(f"{op} {_number(bound)}" for op, bound in bounds if bound is not None)
+
+    @property
+    def bounded(self) -> bool:
+        return (self.ge is not None or self.gt is not None) and (self.le is not None or self.lt is not None)
+
+
+@dataclass(frozen=True)
+class OneOf(Check):
+    choices: tuple[str, ...]
+
+    def problem(self, value: Any) -> str | None:
+        if value in self.choices:
+            return None
+        return "must be one of " + ", ".join("empty" if c == "" else c for c in self.choices)
+
+
+@dataclass(frozen=True)
+class Pattern(Check):
+    """Text matching a regular expression (whole value); ``what`` says what that means."""
+
+    regex: str
+    what: str
+
+    def problem(self, value: Any) -> str | None:
+        return None if isinstance(value, str) and re.fullmatch(self.regex, value) else f"must be {self.what}"
+
+
+@dataclass(frozen=True)
+class Text(Check):
+    """Free text (a path, a name, a secret); ``nonempty`` refuses "" and blanks."""
+
+    nonempty: bool = False
+
+    def problem(self, value: Any) -> str | None:
+        if not isinstance(value, str) or "\0" in value or "\n" in value:
+            return "must be one line of text"
+        return "must not be empty" if self.nonempty and not value.strip() else None
+
+
+@dataclass(frozen=True)
+class Flag(Check):
+    def problem(self, value: Any) -> str | None:
+        return None if isinstance(value, bool) else "must be true or false"
+
+
+_JVM_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+@dataclass(frozen=True)
+class JvmMemory(Check):
+    """A JVM heap size as -Xmx takes it: digits and an optional k/m/g/t (either case); bytes otherwise."""
+
+    minimum: int
+
+    def problem(self, value: Any) -> str | None:
+        match = re.fullmatch(r"(\d+)([kKmMgGtT]?)", value) if isinstance(value, str) else None
+        if match is None:
+            return "must be a JVM memory size such as 512m, 2g, 2G, 1048576k or plain bytes"
+        if int(match.group(1)) * _JVM_UNITS[match.group(2).lower()] < self.minimum:
+            return f"must be at least {self.minimum >> 20}m, the smallest driver heap Spark starts with"
+        return None
+
+
+@dataclass(frozen=True)
+class Schedule(Check):
+    """A cron expression or an @preset, as Airflow takes it."""
+
+    def problem(self, value: Any) -> str | None:
+        if isinstance(value, str) and value.strip() and _valid_cron(value.strip()):
+            return None
+        return "must be a cron expression such as '*/15 * * * *' or a preset such as @hourly or @daily"
+
+
+@dataclass(frozen=True)
+class IsoTime(Check):
+    """Empty, or an ISO-8601 date/time."""
+
+    def problem(self, value: Any) -> str | None:
+        if value == "":
+            return None
+        try:
+            dt.datetime.fromisoformat(value)
+        except (TypeError, ValueError):
+            return "must be empty or an ISO-8601 time such as 2026-11-21T10:00:00+00:00"
+        return None
+
+
+@dataclass(frozen=True)
+class Servers(Check):
+    """Empty, or ``host:port[,host:port]`` with ports 1..65535."""
+
+    def problem(self, value: Any) -> str | None:
+        if value == "":
+            return None
+        for server in str(value).split(","):
+            match = re.fullmatch(r"(?:[A-Za-z_]+://)?(\[[0-9A-Fa-f:.]+\]|[^\s:/\[\]]+)(?::(\d+))?", server.strip())
+            if match is None:
+                return f"must be host:port[,host:port]; {server.strip()!r} is not"
+            if match.group(2) is not None and not 1 <= int(match.group(2)) <= 65535:
+                return f"must be host:port[,host:port] with ports 1 to 65535; {server.strip()!r} is not"
+        return None
+
+
+@dataclass(frozen=True)
+class HttpUrl(Check):
+    """Empty, or ``http(s)://host[:port][/path]`` with a port 1..65535."""
+
+    def problem(self, value: Any) -> str | None:
+        if value == "":
+            return None
+        parsed = urlparse(str(value))
+        try:
+            port = parsed.port
+        except ValueError:
+            port = -1
+        if parsed.scheme not in ("http", "https") or not parsed.hostname or port == -1 or port == 0:
+            return "must be empty or an http(s)://host[:port] URL with a port 1 to 65535"
+        return None
+
+
+@dataclass(frozen=True)
+class ExistingFile(Check):
+    """Empty, or the path of a readable file."""
+
+    def problem(self, value: Any) -> str | None:
+        if value == "" or (isinstance(value, str) and os.path.isfile(value) and os.access(value, os.R_OK)):
+            return None
+        return "must be empty or the path of a readable file (no such file here)"
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def _valid_cron(expression: str) -> bool:
+    try:
+        from croniter import croniter
+    except ImportError:  # pragma: no cover - croniter comes with Airflow; a rough check without it
+        return expression.startswith("@") or len(expression.split()) in (5, 6)
+    return bool(croniter.is_valid(expression))
+
+
+CHECK = "check"
+
+
+def setting(default: Any = dataclasses.MISSING, check: Check | None = None, *, factory: Any = None) -> Any:
+    """A settings field with its check (see :meth:`Settings.validate`)."""
+    if factory is not None:
+        return field(default_factory=factory, metadata={CHECK: check})
+    return field(default=default, metadata={CHECK: check})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,65 +226,75 @@ class Settings:
     """Platform configuration. Build with :meth:`from_env`; override with :meth:`replace`."""
 
     # Local state: embedded broker logs, generated passwords, leases, default lake and checkpoints.
-    state_dir: str = field(default_factory=_default_state_dir)
+    state_dir: str = setting(check=Text(nonempty=True), factory=_default_state_dir)
 
     # Kafka. Empty bootstrap servers means "the embedded broker", which the platform starts.
-    kafka_bootstrap_servers: str = ""
-    kafka_security_protocol: str = "PLAINTEXT"
-    kafka_sasl_mechanism: str = ""
-    kafka_sasl_username: str = ""
-    kafka_sasl_password: str = ""
-    kafka_ssl_cafile: str = ""
-    kafka_client: str = "confluent"  # reader backend of the Spark Kafka source: confluent | kafka-python
-    kafka_request_timeout_ms: int = 15000
-    kafka_topic_partitions: int = 4
-    kafka_topic_prefix: str = ""  # prepended to every pipeline's topic (shared clusters, tests)
-    embedded_broker_port: int = 0  # 0 = pick a free port
+    kafka_bootstrap_servers: str = setting("", Servers())
+    kafka_security_protocol: str = setting("PLAINTEXT", OneOf(SECURITY_PROTOCOLS))
+    kafka_sasl_mechanism: str = setting("", OneOf(SASL_MECHANISMS))
+    kafka_sasl_username: str = setting("", Text())
+    kafka_sasl_password: str = setting("", Text())
+    kafka_ssl_cafile: str = setting("", ExistingFile())
+    # Reader backend of the Spark Kafka source: confluent | kafka-python.
+    kafka_client: str = setting("confluent", OneOf(KAFKA_CLIENTS))
+    kafka_request_timeout_ms: int = setting(15000, Range(ge=100, le=600_000))
+    kafka_topic_partitions: int = setting(4, Range(ge=1, le=100_000))
+    # Prepended to every pipeline's topic (shared clusters, tests).
+    kafka_topic_prefix: str = setting("", Pattern(r"[A-Za-z0-9._-]{0,200}", "letters, digits, '.', '_' and '-' only"))
+    embedded_broker_port: int = setting(0, Range(ge=0, le=65535))  # 0 = pick a free port
 
     # Lake: file:///abs/path or s3://bucket/prefix. Empty means <state_dir>/lake.
-    lake_root: str = ""
-    namespace: str = "live"  # sandbox replays write to another namespace
-    s3_endpoint_url: str = ""  # MinIO / moto; empty for AWS
-    s3_region: str = "us-east-1"
-    s3_allow_http: bool = False
+    lake_root: str = setting("", Text())
+    # Sandbox replays write to another namespace.
+    namespace: str = setting("live", Pattern(r"[\w-]+", "letters, digits, '-' and '_' only"))
+    s3_endpoint_url: str = setting("", HttpUrl())  # MinIO / moto; empty for AWS
+    s3_region: str = setting("us-east-1", Text(nonempty=True))
+    s3_allow_http: bool = setting(False, Flag())
 
     # Spark.
-    checkpoint_root: str = ""  # a local or shared (Hadoop) path; empty means <state_dir>/checkpoints
-    spark_master: str = "local[2]"
-    spark_driver_memory: str = "2g"
-    spark_shuffle_partitions: int = 2
-    trigger_seconds: float = 1.0
-    gold_trigger_seconds: float = 5.0  # gold MERGEs less often: fewer small commits, more CPU for silver
+    # A local or shared (Hadoop) path; empty means <state_dir>/checkpoints.
+    checkpoint_root: str = setting("", Text())
+    spark_master: str = setting(
+        "local[2]", Pattern(SPARK_MASTER, "local, local[N], local[*], spark://host:port, yarn or k8s://...")
+    )
+    spark_driver_memory: str = setting("2g", JvmMemory(minimum=450 << 20))
+    spark_shuffle_partitions: int = setting(2, Range(ge=1, le=100_000))
+    trigger_seconds: float = setting(1.0, Range(gt=0, le=86_400))
+    # Gold MERGEs less often: fewer small commits, more CPU for silver.
+    gold_trigger_seconds: float = setting(5.0, Range(gt=0, le=86_400))
     # False: the bronze query also writes silver from the same micro-batch (lower latency).
     # True: silver is a query of its own that polls the bronze table (decoupled tiers).
-    silver_query: bool = False
-    max_offsets_per_trigger: int = 200_000
+    silver_query: bool = setting(False, Flag())
+    max_offsets_per_trigger: int = setting(200_000, Range(ge=1, le=2**31 - 1))
 
     # Coordination of writers to one live table (see tidewater.lake.locks).
-    table_lock_timeout_seconds: float = 900.0
+    table_lock_timeout_seconds: float = setting(900.0, Range(ge=0, le=7 * 86_400))
 
     # Stream supervision (see tidewater.orchestration.supervisor).
-    stream_stall_seconds: float = 300.0  # alive but no heartbeat for this long: stalled, restart it
-    stream_startup_seconds: float = 240.0  # a launched driver may take this long to claim its checkpoint
-    stream_stop_timeout_seconds: float = 60.0  # graceful stop, then SIGKILL
-    stream_max_restarts: int = 3  # restarts of a stream dying on every start without a batch; then failed
+    # Alive but no heartbeat for this long: stalled, restart it.
+    stream_stall_seconds: float = setting(300.0, Range(gt=0, le=7 * 86_400))
+    # A launched driver may take this long to claim its checkpoint.
+    stream_startup_seconds: float = setting(240.0, Range(gt=0, le=86_400))
+    stream_stop_timeout_seconds: float = setting(60.0, Range(ge=0, le=86_400))  # graceful stop, then SIGKILL
+    # Restarts of a stream dying on every start without a batch; then failed.
+    stream_max_restarts: int = setting(3, Range(ge=0, le=1000))
 
     # Airflow (the embedded default: SQLite + LocalExecutor, components as separate processes).
-    airflow_port: int = 8080
-    airflow_parallelism: int = 4
-    supervise_schedule: str = "*/1 * * * *"
-    batch_schedule: str = "@hourly"
+    airflow_port: int = setting(8080, Range(ge=1, le=65535))
+    airflow_parallelism: int = setting(4, Range(ge=1, le=1024))
+    supervise_schedule: str = setting("*/1 * * * *", Schedule())
+    batch_schedule: str = setting("@hourly", Schedule())
     # First data interval of the scheduled batch DAGs (ISO-8601). Empty: the DAGs start paused at a
     # fixed date; the platform command sets it to the hour it first ran.
-    batch_start_date: str = ""
-    batch_max_active_runs: int = 2  # backfills cannot starve the schedule
+    batch_start_date: str = setting("", IsoTime())
+    batch_max_active_runs: int = setting(2, Range(ge=1, le=100))  # backfills cannot starve the schedule
     # A scheduled interval is recomputed this long after it ends (deferred in the triggerer, no worker
     # slot), so its events have reached silver and its windows are behind the stream's watermark.
-    batch_settle_minutes: float = 5.0
-    correction_schedule: str = "*/15 * * * *"
-    correction_lookback_hours: float = 6.0
-    maintenance_schedule: str = "@daily"
-    vacuum_retention_hours: int = 168
+    batch_settle_minutes: float = setting(5.0, Range(ge=0, le=24 * 60))
+    correction_schedule: str = setting("*/15 * * * *", Schedule())
+    correction_lookback_hours: float = setting(6.0, Range(gt=0, le=24 * 366))
+    maintenance_schedule: str = setting("@daily", Schedule())
+    vacuum_retention_hours: int = setting(168, Range(ge=0, le=24 * 3660))
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -101,7 +305,7 @@ class Settings:
             raw = env.get(ENV_PREFIX + f.name.upper())
             if raw is None or raw == "":
                 continue
-            values[f.name] = _convert(f.name, f.type, raw)
+            values[f.name] = _convert(f, raw)
         values.update(overrides)
         settings = cls(**values)
         settings.validate(env)
@@ -184,42 +388,73 @@ class Settings:
     # ---- validation -----------------------------------------------------------------------------
 
     def validate(self, environ: Mapping[str, str] | None = None) -> None:
+        """Every field against its declared type and check, then the rules that span fields; the first
+        problem is raised as a one-line ConfigError naming the variable and what it must be."""
         env = os.environ if environ is None else environ
-        if self.kafka_security_protocol not in SECURITY_PROTOCOLS:
-            raise ConfigError(
-                f"TIDEWATER_KAFKA_SECURITY_PROTOCOL={self.kafka_security_protocol!r} is not one of "
-                f"{', '.join(SECURITY_PROTOCOLS)}"
-            )
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            check = f.metadata.get(CHECK)
+            problem = _type_problem(_kind(f.type), value, check)
+            if problem is None and check is not None:
+                problem = check.problem(value)
+            if problem is not None:
+                raise ConfigError(f"{ENV_PREFIX}{f.name.upper()}={value!r}: {problem}{_default_hint(f)}")
         if self.kafka_security_protocol.startswith("SASL") and not (
             self.kafka_sasl_mechanism and self.kafka_sasl_username
         ):
             raise ConfigError(
-                "SASL needs TIDEWATER_KAFKA_SASL_MECHANISM, TIDEWATER_KAFKA_SASL_USERNAME and "
-                "TIDEWATER_KAFKA_SASL_PASSWORD"
+                f"TIDEWATER_KAFKA_SECURITY_PROTOCOL={self.kafka_security_protocol!r}: SASL needs "
+                "TIDEWATER_KAFKA_SASL_MECHANISM, TIDEWATER_KAFKA_SASL_USERNAME and TIDEWATER_KAFKA_SASL_PASSWORD; "
+                "set them, or use PLAINTEXT or SSL"
             )
-        if self.kafka_client not in KAFKA_CLIENTS:
-            raise ConfigError(f"TIDEWATER_KAFKA_CLIENT={self.kafka_client!r} is not one of {', '.join(KAFKA_CLIENTS)}")
         scheme = urlparse(self.lake_uri).scheme
         if scheme not in ("file", "s3", "s3a"):
             raise ConfigError(
-                f"TIDEWATER_LAKE_ROOT={self.lake_root!r} must be file:///absolute/path or s3://bucket/prefix"
+                f"TIDEWATER_LAKE_ROOT={self.lake_root!r}: must be file:///absolute/path or s3://bucket/prefix"
             )
         if self.lake_is_s3 and not (env.get("AWS_ACCESS_KEY_ID") and env.get("AWS_SECRET_ACCESS_KEY")):
             raise ConfigError(
-                f"lake root {self.lake_uri} is on S3 but no credentials are set: export AWS_ACCESS_KEY_ID and "
-                "AWS_SECRET_ACCESS_KEY (and TIDEWATER_S3_ENDPOINT_URL for MinIO)"
+                f"TIDEWATER_LAKE_ROOT={self.lake_root!r}: the lake is on S3 but no credentials are set; export "
+                "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and TIDEWATER_S3_ENDPOINT_URL for MinIO)"
             )
         if "://" in self.checkpoint_root and not self.checkpoint_root.startswith("file://"):
             raise ConfigError(
                 f"TIDEWATER_CHECKPOINT_ROOT={self.checkpoint_root!r}: Spark checkpoints need a local or "
                 "shared file-system path, not object storage"
             )
-        if not self.namespace.replace("_", "").replace("-", "").isalnum():
-            raise ConfigError(f"TIDEWATER_NAMESPACE={self.namespace!r} may hold only letters, digits, - and _")
 
 
-def _convert(name: str, annotation: Any, raw: str) -> Any:
-    kind = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
+def _kind(annotation: Any) -> str:
+    return annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
+
+
+def _type_problem(kind: str, value: Any, check: Check | None) -> str | None:
+    """The value against the field's declared type (overrides and direct construction are not parsed)."""
+    wanted = {"int": (int,), "float": (int, float), "bool": (bool,), "str": (str,)}.get(kind)
+    if wanted is None or (isinstance(value, wanted) and (kind == "bool" or not isinstance(value, bool))):
+        return None
+    return _expected(kind, check)
+
+
+def _expected(kind: str, check: Check | None) -> str:
+    if kind in ("int", "float"):
+        noun = "a whole number" if kind == "int" else "a number"
+        return f"must be {noun} {check.describe()}" if isinstance(check, Range) else f"must be {noun}"
+    if kind == "bool":
+        return "must be true or false (also 1/0, yes/no, on/off)"
+    return f"must be a {kind}"
+
+
+def _default_hint(f: dataclasses.Field[Any]) -> str:
+    if f.default is dataclasses.MISSING:
+        return "; fix it or unset it for the default"
+    default = f.default
+    shown = str(default).lower() if isinstance(default, bool) else ("empty" if default == "" else repr(default))
+    return f"; fix it or unset it for the default ({shown})"
+
+
+def _convert(f: dataclasses.Field[Any], raw: str) -> Any:
+    kind = _kind(f.type)
     try:
         if kind == "int":
             return int(raw)
@@ -233,5 +468,6 @@ def _convert(name: str, annotation: Any, raw: str) -> Any:
                 return False
             raise ValueError(raw)
     except ValueError:
-        raise ConfigError(f"{ENV_PREFIX}{name.upper()}={raw!r} is not a valid {kind}") from None
+        problem = _expected(kind, f.metadata.get(CHECK))
+        raise ConfigError(f"{ENV_PREFIX}{f.name.upper()}={raw!r}: {problem}{_default_hint(f)}") from None
     return raw
