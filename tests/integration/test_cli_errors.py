@@ -8,18 +8,22 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from pipeline_helpers import streamed_lake
 from tidewater.broker import free_port
 from tidewater.config import Settings
+from tidewater.errors import CheckpointError
 from tidewater.generator.producer import ensure_topic
 from tidewater.lake.layout import PipelineLayout
 from tidewater.pipelines import get_pipeline
-from tidewater.streaming.checkpoint import IDENTITY_FILE, claim
+from tidewater.streaming.checkpoint import IDENTITY_FILE, check_spark_logs, claim
 
 RSVPS = get_pipeline("rsvps")
 
@@ -142,3 +146,110 @@ def test_checkpoint_of_another_tool(live_env):
     (path / "offsets").mkdir(parents=True)
     result = run_cli(live_env, "stream", "rsvps", "--available-now")
     assert_one_line(result, "CheckpointError", "not created by this tidewater query")
+
+
+# ---- settings: every one validated before a JVM starts (issue 9 item 8) ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "fragment"),
+    [
+        ("TRIGGER_SECONDS", "-1", "must be > 0"),
+        ("TRIGGER_SECONDS", "0", "must be > 0"),
+        ("TRIGGER_SECONDS", "nan", "finite"),
+        ("SPARK_DRIVER_MEMORY", "lots", "JVM memory size such as 512m, 2g"),
+        ("MAX_OFFSETS_PER_TRIGGER", "-5", "from 1 to"),
+        ("AIRFLOW_PORT", "70000", "from 1 to 65535"),
+        ("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:99999", "ports 1 to 65535"),
+        ("STREAM_STOP_TIMEOUT_SECONDS", "-1", "from 0 to"),
+        ("SPARK_SHUFFLE_PARTITIONS", "0", "from 1 to"),
+    ],
+)
+def test_bad_setting_is_refused_before_a_jvm_starts(env, tmp_path, name, value, fragment):
+    # No JVM can start here (JAVA_HOME points nowhere): had the command got that far, it would fail
+    # differently, and slowly, instead of with the setting's one line.
+    env = {**env, f"TIDEWATER_{name}": value, "JAVA_HOME": str(tmp_path / "no-java")}
+    began = time.monotonic()
+    result = run_cli(env, "stream", "rsvps", "--available-now")
+    line = assert_one_line(result, "ConfigError", f"TIDEWATER_{name}=", fragment)
+    assert "unset it for the default" in line
+    assert time.monotonic() - began < 30
+
+
+# ---- a stateful (gold) query's state store, checked before a JVM starts ---------------------------
+
+GOLD = "gold_venue_response_counts"
+
+
+@pytest.fixture(scope="module")
+def gold_lake(spark, broker, tmp_path_factory):
+    """A lake and checkpoints written by a short real stream (RocksDB state store with changelogs),
+    and a pristine copy of the gold query's checkpoint that the tests restore before damaging it."""
+    state_dir = str(tmp_path_factory.mktemp("gold-state") / "state")
+    settings = streamed_lake(spark, broker.bootstrap_servers, state_dir, prefix="cli-state", seed=5, count=400)
+    path = PipelineLayout.of(settings, RSVPS).checkpoint(GOLD)
+    pristine = tmp_path_factory.mktemp("gold-pristine") / GOLD
+    shutil.copytree(path, pristine)
+    return settings, path, pristine
+
+
+def restored(gold_lake) -> Path:
+    _, path, pristine = gold_lake
+    shutil.rmtree(path)
+    shutil.copytree(pristine, path)
+    return path
+
+
+def latest_changelog(path: Path) -> Path:
+    """The state file the latest committed batch wrote for partition 0 of the aggregation."""
+    latest = max(int(p.name) for p in (path / "commits").iterdir() if p.name.isdigit())
+    changelog = path / "state" / "0" / "0" / f"{latest + 1}.changelog"
+    assert changelog.stat().st_size > 0, sorted(p.name for p in changelog.parent.iterdir())
+    return changelog
+
+
+def test_truncated_state_store_file_is_refused_before_a_jvm_starts(gold_lake):
+    settings, _, _ = gold_lake
+    path = restored(gold_lake)
+    changelog = latest_changelog(path)
+    data = changelog.read_bytes()
+    changelog.write_bytes(data[: len(data) // 2])  # e.g. a disk that filled up, or a partial copy
+    env = {
+        "TIDEWATER_STATE_DIR": settings.state_dir,
+        "TIDEWATER_KAFKA_BOOTSTRAP_SERVERS": settings.kafka_bootstrap_servers,
+        "TIDEWATER_KAFKA_TOPIC_PREFIX": settings.kafka_topic_prefix,
+        "TIDEWATER_KAFKA_REQUEST_TIMEOUT_MS": "5000",
+    }
+    result = run_cli(env, "stream", "rsvps", "--available-now")
+    # Spark would have said "[CANNOT_LOAD_STATE_STORE.UNCATEGORIZED] An error occurred during loading
+    # state" (EOFException: Stream ended prematurely) in the first micro-batch, after starting.
+    assert_one_line(
+        result,
+        "CheckpointError",
+        str(path),
+        f"state file {changelog.relative_to(path)} is truncated",
+        "move it aside and rebuild the affected tables with a replay",
+    )
+
+
+def test_damaged_or_missing_state_store_files_are_named(gold_lake):
+    path = restored(gold_lake)
+    check_spark_logs(path)  # an intact checkpoint passes
+    changelog = latest_changelog(path)
+    data = bytearray(changelog.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # same size, one byte flipped: Hadoop's .crc file catches it
+    changelog.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=rf"{changelog.name} does not match its checksum file"):
+        check_spark_logs(path)
+
+    path = restored(gold_lake)
+    changelog = latest_changelog(path)
+    changelog.write_bytes(b"")
+    with pytest.raises(CheckpointError, match=rf"{changelog.name} is empty"):
+        check_spark_logs(path)
+
+    path = restored(gold_lake)
+    first = path / "state" / "0" / "1" / "1.changelog"
+    first.unlink()
+    with pytest.raises(CheckpointError, match=r"state/0/1/1.changelog is missing"):
+        check_spark_logs(path)
