@@ -208,7 +208,7 @@ def test_a_real_python_worker_failure_names_its_cause(spark) -> None:
     from pyspark.sql.functions import udf
 
     @udf("int")
-    def parse_venue(value: int) -> int:
+    def parse_venue(value):  # no type hints: pyspark would read them as a pandas UDF's
         raise ValueError(f"venue {value} has no id")
 
     with pytest.raises(Exception) as caught:  # pyspark's captured PythonException
