@@ -79,7 +79,10 @@ def one_line(exc: BaseException) -> str:
     """Return the most useful single line describing ``exc``.
 
     Prefers a TidewaterError found anywhere in the exception chain or embedded in a Spark/Java
-    error message; falls back to the first line of the outermost message.
+    error message; then the cause of a Python traceback embedded in it (a UDF or data source in a
+    Python worker, a foreachBatch function: ``ValueError: message (at file.py:12 in func)``); then
+    the Java exception of a Py4J error with its root cause; falls back to the first line of the
+    outermost message.
     """
     seen: set[int] = set()
     current: BaseException | None = exc
