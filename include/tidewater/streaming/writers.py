@@ -135,6 +135,8 @@ def isolate_poison(pipeline: Pipeline, bronze: DataFrame, query: str, batch_id: 
         except Exception as exc:
             if part.num_rows == 1:
                 poison.append((part, one_line(exc)))
+                if len(poison) >= 3 and not valid:  # record after record fails, none passes: not the data
+                    raise first_error from None
             else:
                 half = part.num_rows // 2
                 pending += [part.slice(half), part.slice(0, half)]
