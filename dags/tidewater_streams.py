@@ -3,9 +3,13 @@
 * ``tidewater_supervise_streams`` (every minute): per pipeline, start its detached streaming job if
   it should run and does not, restart it when it died or stalled (the task then fails, so the
   incident is visible; the stream is already back), and return its health as XCom: last batch,
-  input rate, lag per partition, state rows.
-* ``tidewater_stream_control`` (manual): start, stop or restart one pipeline's stream. A stop is
-  remembered: the supervisor does not restart a stream someone stopped.
+  input rate, lag per partition, state rows. A stream that dies on every start without committing
+  a batch is restarted at most ``TIDEWATER_STREAM_MAX_RESTARTS`` times, then marked failed: no more
+  restarts, and the task fails with the attempts and the driver's one-line error on every run
+  until the stream is resumed.
+* ``tidewater_stream_control`` (manual): start, stop, restart or resume one pipeline's stream. A
+  stop is remembered: the supervisor does not restart a stream someone stopped. ``resume`` clears
+  a failed (crash-looping) stream and starts it; start and restart clear it too.
 """
 
 from __future__ import annotations
@@ -43,14 +47,18 @@ with DAG(
 
 with DAG(
     dag_id="tidewater_stream_control",
-    description="Start, stop or restart one pipeline's streaming job",
+    description="Start, stop, restart or resume one pipeline's streaming job",
     schedule=None,
     start_date=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
     catchup=False,
     is_paused_upon_creation=False,
     params={
         "pipeline": Param(PIPELINES[0] if PIPELINES else "", enum=PIPELINES, description="which pipeline"),
-        "action": Param("stop", enum=list(tasks.ACTIONS), description="start, stop or restart its stream"),
+        "action": Param(
+            "stop",
+            enum=list(tasks.ACTIONS),
+            description="start, stop or restart its stream; resume: clear a crash loop's failed state and start it",
+        ),
     },
     default_args={"retries": 0},
     tags=["tidewater", "streams"],
@@ -59,6 +67,6 @@ with DAG(
     @task(execution_timeout=dt.timedelta(minutes=5))
     def control(params: dict | None = None, run_id: str | None = None) -> dict:
         assert params is not None and run_id is not None
-        return tasks.control_stream(params["pipeline"], params["action"], run_id)
+        return tasks.control_stream(params, run_id)
 
     control()

@@ -1,5 +1,6 @@
 """Stream supervision with real detached spark-submit jobs: start, refuse a second driver, kill -9,
-restart, bounded stop, and nothing lost or duplicated across it all.
+restart, bounded stop, and nothing lost or duplicated across it all; a stream that fails the same
+way on every start is restarted a bounded number of times, marked failed, and resumed on request.
 
 (The same supervision through the real Airflow scheduler is exercised end to end in
 tests/e2e/test_platform.py; here StreamControl is driven directly, as the supervising DAG's
@@ -8,7 +9,9 @@ task does, so each step can be checked in isolation.)
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,7 +25,18 @@ import pytest
 from pipeline_helpers import send, table_rows, wait_for
 from tidewater.generator.events import GeneratorConfig, expected_events, generate, parse_ts
 from tidewater.generator.producer import ensure_topic
-from tidewater.orchestration.supervisor import DEAD, RUNNING, STOPPED, StreamControl, alive
+from tidewater.lake.layout import PipelineLayout
+from tidewater.orchestration import tasks
+from tidewater.orchestration.supervisor import (
+    DEAD,
+    FAILED,
+    RUNNING,
+    STOPPED,
+    StreamControl,
+    StreamFailedError,
+    StreamIncidentError,
+    alive,
+)
 from tidewater.pipelines import get_pipeline
 
 pytestmark = pytest.mark.slow
@@ -113,6 +127,81 @@ def test_supervised_stream_survives_kill_9(spark, kafka_settings, make_topic, tm
     assert Counter(r["event_id"] for r in silver) == Counter(expected_events(config, TOTAL).keys())
     events = [line for line in (control.dir / "events.jsonl").read_text().splitlines() if '"start"' in line]
     assert len(events) == 2  # the first start and one restart: no second copy was ever launched
+
+
+def test_crash_looping_stream_is_failed_then_resumed(kafka_settings, make_topic, monkeypatch):
+    """The real streaming job, launched by the supervising task's code against a checkpoint it refuses
+    at every start (one line, exit 2): restarted twice, then failed with that line; not restarted by
+    later rounds; resumed once the checkpoint is fixed, and then it runs."""
+    settings = kafka_settings.replace(
+        kafka_topic_prefix=make_topic(partitions=1, prefix="loop") + "-",
+        stream_max_restarts=2,
+        stream_startup_seconds=120,
+        stream_stop_timeout_seconds=30,
+    )
+    topic = settings.topic(RSVPS.topic)
+    ensure_topic(settings, topic, 1)
+    checkpoint = PipelineLayout.of(settings, RSVPS).checkpoint("bronze")
+    (checkpoint / "offsets").mkdir(parents=True)  # left by another tool: the driver refuses it in its preflight
+    for key, value in settings.to_env().items():  # the Airflow task reads its settings from the environment
+        monkeypatch.setenv(key, value)
+    control = StreamControl(settings, "rsvps")
+    refusal = "CheckpointError: "
+
+    def starts() -> int:
+        return sum(1 for e in control.events() if e["event"] == "start")
+
+    def died() -> bool:
+        return control.health().state == DEAD
+
+    try:
+        assert tasks.supervise_stream("rsvps")["action"] == "started"
+        for attempt in (1, 2):
+            wait_for(died, timeout_s=120, what=f"launch {attempt} to exit", log=control.log_path)
+            assert control.health().error.startswith(refusal), control.health().error
+            assert "not created by this tidewater query" in control.health().error
+            with pytest.raises(StreamIncidentError, match=f"{attempt} of 3 failed starts allowed in a row"):
+                tasks.supervise_stream("rsvps")
+        wait_for(died, timeout_s=120, what="launch 3 to exit", log=control.log_path)
+        with pytest.raises(StreamFailedError) as raised:
+            tasks.supervise_stream("rsvps")
+        line = str(raised.value)
+        assert "\n" not in line and line.startswith("stream live/rsvps failed: crash loop: 3 starts in a row")
+        assert f"the same way each time: {refusal}" in line and "not created by this tidewater query" in line
+        assert line.endswith("action=resume")
+        assert starts() == 3
+
+        health = control.health()
+        assert health.state == FAILED and health.attempts == 3 and health.error.startswith(refusal)
+        recorded = json.loads((control.dir / "health.json").read_text())
+        assert (recorded["state"], recorded["attempts"], recorded["error"]) == (FAILED, 3, health.error)
+        failed = [e for e in control.events() if e["event"] == "failed"]
+        assert len(failed) == 1 and failed[0]["attempts"] == 3 and failed[0]["error"] == health.error
+
+        # While failed, each round is red with the same line and starts nothing.
+        time.sleep(1)
+        with pytest.raises(StreamFailedError, match="crash loop: 3 starts in a row"):
+            tasks.supervise_stream("rsvps")
+        assert starts() == 3 and control.health().state == FAILED
+
+        # Fix the cause, resume: it starts, holds its checkpoints and commits. (On a loaded machine a
+        # Python worker may fail to start in time: supervision rounds go on as the DAG's would.)
+        shutil.rmtree(checkpoint)
+        send(settings, topic, generate(GeneratorConfig(seed=3, rate=50), 200))
+        resumed = tasks.control_stream({"pipeline": "rsvps", "action": "resume"}, "manual__resume")
+        assert resumed["state"] in ("starting", "running") and starts() == 4
+
+        def committed() -> bool:
+            if control.health().state == DEAD:
+                with pytest.raises(StreamIncidentError):
+                    tasks.supervise_stream("rsvps")
+            return control.health().state == RUNNING and control.batches()["bronze"] is not None
+
+        wait_for(committed, timeout_s=300, what="the resumed stream to commit a batch", log=control.log_path)
+        assert tasks.supervise_stream("rsvps")["action"] == "none"
+        assert not [e for e in control.events() if e["event"] == "failed"][1:]
+    finally:
+        control.stop(reason="test cleanup", timeout_s=20)
 
 
 def _group(pgid: int) -> list[int]:

@@ -1,4 +1,4 @@
-"""Replay and backfill parameters, checked in the Airflow task before any Spark job starts.
+"""Replay, backfill and stream-control parameters, checked in the Airflow task before any Spark job starts.
 
 A replay recomputes an event-time range ``[start, end)`` of a pipeline from bronze (the default:
 every Kafka record is kept there) or from Kafka, into a sandbox namespace or into the live tables.
@@ -12,6 +12,9 @@ with nothing.
 
 Times are ISO-8601; a time without an offset is UTC (event times are UTC end to end). The rules
 are those of :mod:`tidewater.batch.interval`, which the Spark side uses on the same arguments.
+
+The stream-control DAG's params (``pipeline``, ``action``) are checked the same way
+(:func:`parse_control_params`).
 """
 
 from __future__ import annotations
@@ -31,11 +34,13 @@ from tidewater.config import Settings
 from tidewater.connectors.kafka_client import KafkaPythonClient, PartitionClient
 from tidewater.errors import ConfigError
 from tidewater.lake.layout import PipelineLayout
+from tidewater.orchestration.tasks import ACTIONS
 from tidewater.pipelines.base import Pipeline
 
 SOURCES = ("bronze", "kafka")
 TARGETS = ("sandbox", "live")
 PARAM_KEYS = ("pipeline", "start", "end", "source", "target", "sandbox_namespace", "entities")
+CONTROL_PARAM_KEYS = ("pipeline", "action")
 DEFAULT_CLOCK_SKEW = dt.timedelta(minutes=5)
 _NAMESPACE = re.compile(r"^[A-Za-z0-9_-]+$")
 _PEEK_RECORDS = 16  # records read at each end of a partition to find a timestamp (control records have none)
@@ -93,6 +98,23 @@ def parse_replay_params(
     namespace = _sandbox_namespace(params.get("sandbox_namespace"), settings) if target == "sandbox" else ""
     entities = _entities(params.get("entities"), pipeline)
     return ReplayRequest(pipeline.name, start, end, source, target, namespace, entities)
+
+
+def parse_control_params(params: Mapping[str, Any]) -> tuple[str, str]:
+    """The stream-control DAG's params -> (pipeline, action), or one ConfigError line saying what to fix."""
+    unknown = sorted(set(params) - set(CONTROL_PARAM_KEYS))
+    if unknown:
+        raise ConfigError(
+            f"unknown stream-control parameter(s) {', '.join(unknown)}: the parameters are "
+            f"{', '.join(CONTROL_PARAM_KEYS)}"
+        )
+    pipeline = _pipeline(params.get("pipeline"))
+    action = params.get("action")
+    if action is None or action == "":
+        raise ConfigError(f"action is required: one of {', '.join(ACTIONS)}")
+    if action not in ACTIONS:
+        raise ConfigError(f"action {action!r} is not one of {', '.join(ACTIONS)}")
+    return pipeline.name, str(action)
 
 
 def parse_interval(

@@ -10,13 +10,23 @@ Per pipeline and namespace, ``<state_dir>/streams/<namespace>/<pipeline>/`` hold
 
 * ``desired.json``  "running" (default) or "stopped", set by the control DAG (a stopped stream is
   not restarted by the supervisor);
-* ``driver.json``   the last launch: pid, time, log file, and whether it was stopped on purpose;
+* ``driver.json``   the last launch: pid, time, where its output starts in the log, the queries'
+  last batch ids at launch, whether it was stopped on purpose, and whether it was marked failed;
 * ``health.json``   the last observation (what the supervising DAG also returns as XCom);
-* ``events.jsonl``  every start, stop and restart with its reason;
-* ``driver.log``    the job's output.
+* ``events.jsonl``  every start, stop, restart, death (with the driver's one-line error and the
+  queries' last batch ids), failure and resume, with its reason;
+* ``driver.log``    the job's output (appended: each launch's part starts at its ``log_offset``).
 
 Health comes from the heartbeat files the driver's StreamingQueryListener writes
 (:mod:`tidewater.streaming.progress`): last batch time, input rate, lag per partition, state rows.
+
+**Crash loops are bounded.** A stream that dies (or stalls) on every start, without committing a
+batch in between, is restarted at most ``stream_max_restarts`` times within
+:data:`CRASH_LOOP_WINDOW_SECONDS`; when it ends that way once more it is marked ``failed`` (see
+:func:`crash_loop`, a pure function of ``events.jsonl``): no more restarts, the one-line error and
+the number of attempts in ``health.json`` and ``events.jsonl``, and the supervising task fails with
+that line on every run until someone resumes it (:meth:`StreamControl.resume`; a start or restart
+requested by a person also clears it).
 """
 
 from __future__ import annotations
@@ -28,37 +38,145 @@ import os
 import re
 import signal
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tidewater.config import Settings
-from tidewater.errors import TidewaterError
+from tidewater.errors import ConfigError, TidewaterError
 from tidewater.lake.layout import PipelineLayout
 from tidewater.pipelines import get_pipeline
 from tidewater.streaming.checkpoint import lease_holder
 from tidewater.streaming.progress import read_progress
 
-RUNNING, STARTING, STALLED, DEAD, STOPPED = "running", "starting", "stalled", "dead", "stopped"
+RUNNING, STARTING, STALLED, DEAD, STOPPED, FAILED = "running", "starting", "stalled", "dead", "stopped", "failed"
 _PID = re.compile(r"pid (\d+)")
 _SINCE = re.compile(r"since (\S+)")
+_NO_ERROR = "no error reported (killed by a signal, or out of memory?)"
+
+# Deaths further apart than this (first to last) are not one crash loop, however many there were.
+CRASH_LOOP_WINDOW_SECONDS = 3600.0
+ENDED = ("died", "stalled")  # events of a launch that ended without being asked to
+RESETS = ("resume", "desired")  # a person decided: the attempts are counted again from zero
+_EVENTS_TAIL_BYTES = 256 * 1024  # enough for hundreds of events; a crash loop needs the last few
 
 
 class StreamIncidentError(TidewaterError):
     """The stream had died or stalled (it has been restarted); raised so the Airflow task shows red."""
 
 
+class StreamFailedError(TidewaterError):
+    """The stream is crash-looping: it is no longer restarted until someone resumes it."""
+
+
+# ---- crash-loop detection (pure) -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CrashLoop:
+    """Launches in a row that ended (died or stalled) without committing a batch."""
+
+    attempts: int
+    first_at: str
+    last_at: str
+    errors: tuple[str, ...]  # each launch's one-line failure, oldest first
+
+    @property
+    def error(self) -> str:
+        return self.errors[-1] if self.errors else _NO_ERROR
+
+    def describe(self, max_restarts: int) -> str:
+        """One line: how many starts, over how long, the error, and what the limit is."""
+        span = _parse_at(self.last_at) - _parse_at(self.first_at)
+        distinct = len(set(self.errors))
+        how = "the same way each time" if distinct <= 1 else f"{distinct} different ways, last"
+        return (
+            f"crash loop: {self.attempts} starts in a row ended within {_duration(span)} without committing a "
+            f"batch (TIDEWATER_STREAM_MAX_RESTARTS={max_restarts}), {how}: {self.error}"
+        )
+
+
+def failed_attempts(
+    events: Iterable[Mapping[str, Any]], *, window_s: float = CRASH_LOOP_WINDOW_SECONDS
+) -> list[Mapping[str, Any]]:
+    """The most recent launches that ended in a row without progress, oldest first.
+
+    ``events`` is a stream's ``events.jsonl`` history in order. A launch ended when a ``died`` or
+    ``stalled`` event records it; each ``start``, ``died`` and ``stalled`` event carries ``batches``,
+    the queries' last committed batch ids when it happened (from the progress files). Progress is a
+    batch id that changed since the previous snapshot: it ends the streak, as does a person's decision
+    (``resume``, or ``desired``: a start, stop or restart requested by hand). Only ends within
+    ``window_s`` of the last one count.
+    """
+    streak: list[Mapping[str, Any]] = []
+    seen: dict[str, Any] = {}
+    for event in events:
+        kind = event.get("event")
+        batches = event.get("batches")
+        batches = batches if isinstance(batches, Mapping) else None
+        if kind in RESETS or (batches is not None and _advanced(seen, batches)):
+            streak = []
+        elif kind in ENDED:
+            streak.append(event)
+        if batches:
+            seen.update({query: batch for query, batch in batches.items() if batch is not None})
+    if not streak:
+        return []
+    last = _parse_at(streak[-1].get("at"))
+    return [e for e in streak if (last - _parse_at(e.get("at"))).total_seconds() <= window_s]
+
+
+def crash_loop(
+    events: Iterable[Mapping[str, Any]], *, max_restarts: int, window_s: float = CRASH_LOOP_WINDOW_SECONDS
+) -> CrashLoop | None:
+    """A :class:`CrashLoop` when more than ``max_restarts`` launches in a row (the first start and
+    ``max_restarts`` restarts) ended without committing a batch within ``window_s``; else None."""
+    if max_restarts < 0:
+        raise ConfigError(f"TIDEWATER_STREAM_MAX_RESTARTS={max_restarts} must be 0 or more")
+    ends = failed_attempts(events, window_s=window_s)
+    if len(ends) <= max_restarts:
+        return None
+    return CrashLoop(
+        attempts=len(ends),
+        first_at=str(ends[0].get("at")),
+        last_at=str(ends[-1].get("at")),
+        errors=tuple(str(e.get("error") or _NO_ERROR) for e in ends),
+    )
+
+
+def _advanced(seen: Mapping[str, Any], batches: Mapping[str, Any]) -> bool:
+    return any(batch is not None and batch != seen.get(query) for query, batch in batches.items())
+
+
+def _parse_at(value: Any) -> dt.datetime:
+    try:
+        parsed = dt.datetime.fromisoformat(str(value))
+    except ValueError:
+        return dt.datetime.min.replace(tzinfo=dt.UTC)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+
+
+def _duration(span: dt.timedelta) -> str:
+    seconds = max(0, round(span.total_seconds()))
+    if seconds < 120:
+        return f"{seconds} s"
+    return f"{seconds / 60:.0f} min"
+
+
 @dataclass(frozen=True)
 class StreamHealth:
     pipeline: str
     namespace: str
-    state: str  # running | starting | stalled | dead | stopped
+    state: str  # running | starting | stalled | dead | stopped | failed
     desired: str
     pid: int | None
     detail: str
     heartbeat_age_s: float | None = None
     queries: dict[str, dict[str, Any]] = field(default_factory=dict)
     checked_at: str = ""
+    error: str = ""  # dead or failed: the driver's last one-line error
+    attempts: int = 0  # failed: the starts in a row that ended without committing a batch
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -117,6 +235,35 @@ class StreamControl:
         with open(self.dir / "events.jsonl", "a") as out:
             out.write(json.dumps({"at": _now(), "event": kind, **fields}) + "\n")
 
+    def events(self) -> list[dict[str, Any]]:
+        """The recent history of ``events.jsonl``, oldest first (its last 256 KB: hundreds of events)."""
+        path = self.dir / "events.jsonl"
+        try:
+            with open(path, "rb") as history:
+                size = history.seek(0, os.SEEK_END)
+                history.seek(max(0, size - _EVENTS_TAIL_BYTES))
+                lines = history.read().decode(errors="replace").splitlines()
+        except OSError:
+            return []
+        if size > _EVENTS_TAIL_BYTES:
+            lines = lines[1:]  # probably cut in the middle
+        events = []
+        for line in lines:
+            with contextlib.suppress(ValueError):
+                event = json.loads(line)
+                if isinstance(event, dict):
+                    events.append(event)
+        return events
+
+    def batches(self) -> dict[str, Any]:
+        """Each query's last committed batch id, from its progress file (None before its first batch)."""
+        return {
+            q: (read_progress(self.layout.progress_dir() / f"{q}.json") or {}).get("batch_id") for q in self.queries
+        }
+
+    def crash_loop(self) -> CrashLoop | None:
+        return crash_loop(self.events(), max_restarts=self.settings.stream_max_restarts)
+
     # ---- observation ------------------------------------------------------------------------------
 
     def leases(self) -> dict[str, tuple[int, float] | None]:
@@ -145,7 +292,9 @@ class StreamControl:
         # Progress written by the driver holding the lease now (not by an earlier one).
         fresh = {q for q, held in leases.items() if held and progress[q].get("pid") == held[0]}
 
-        def make(state: str, pid: int | None, detail: str, age: float | None = None) -> StreamHealth:
+        def make(
+            state: str, pid: int | None, detail: str, age: float | None = None, *, error: str = "", attempts: int = 0
+        ) -> StreamHealth:
             return StreamHealth(
                 pipeline=self.pipeline.name,
                 namespace=self.layout.namespace,
@@ -156,6 +305,8 @@ class StreamControl:
                 heartbeat_age_s=None if age is None else round(age, 1),
                 queries={q: _query_view(p) for q, p in progress.items() if p and q in fresh},
                 checked_at=_now(),
+                error=error,
+                attempts=attempts,
             )
 
         if holders:
@@ -180,9 +331,21 @@ class StreamControl:
             and now - float(driver.get("launched_unix", 0)) < self.settings.stream_startup_seconds
         ):
             return make(STARTING, int(pid), "launched, not yet holding its checkpoints")
-        if desired == STOPPED or driver.get("stopped_on_purpose") or not driver:
+        if desired == STOPPED:
             return make(STOPPED, None, "stopped on request" if driver else "never started")
-        return make(DEAD, None, f"driver exited: {_last_error(self.log_path)}")
+        failed = driver.get("failed")
+        if isinstance(failed, dict):  # crash-looping: not restarted until resumed
+            return make(
+                FAILED,
+                None,
+                str(failed.get("detail", "")),
+                error=str(failed.get("error", "")),
+                attempts=int(failed.get("attempts", 0)),
+            )
+        if driver.get("stopped_on_purpose") or not driver:
+            return make(STOPPED, None, "stopped on request" if driver else "never started")
+        error = _last_error(self.log_path, int(driver.get("log_offset", 0)))
+        return make(DEAD, None, f"driver exited: {error}", error=error)
 
     # ---- actions ----------------------------------------------------------------------------------
 
@@ -194,15 +357,39 @@ class StreamControl:
         if current.state in (RUNNING, STARTING, STALLED):
             return current
         self.dir.mkdir(parents=True, exist_ok=True)
+        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        batches = self.batches()
         process = launch_stream_job(
             self.settings, self.pipeline.name, self.log_path, extra_args=["--namespace", self.layout.namespace]
         )
         write_json(
             self.dir / "driver.json",
-            {"pid": process.pid, "launched_unix": time.time(), "launched_at": _now(), "reason": reason},
+            {
+                "pid": process.pid,
+                "launched_unix": time.time(),
+                "launched_at": _now(),
+                "reason": reason,
+                "log_offset": offset,
+                "batches": batches,
+            },
         )
-        self._event("start", pid=process.pid, reason=reason)
+        self._event("start", pid=process.pid, reason=reason, batches=batches)
         return self.health()
+
+    def resume(self, *, by: str) -> StreamHealth:
+        """Clear a crash loop's ``failed`` state (the attempts count again from zero) and start the
+        stream; refused in one line when the stream is not failed."""
+        current = self.health()
+        if current.state != FAILED:
+            raise ConfigError(
+                f"stream {self.layout.namespace}/{self.pipeline.name} is {current.state}, not failed: nothing to "
+                "resume (use action start or restart)"
+            )
+        driver = self.driver()
+        write_json(self.dir / "driver.json", {k: v for k, v in driver.items() if k != "failed"})
+        self._event("resume", by=by, attempts=current.attempts, error=current.error)
+        self.set_desired(RUNNING, by=by)
+        return self.start(reason=f"resume requested by {by} (after {current.attempts} failed starts)")
 
     def stop(self, *, reason: str, timeout_s: float | None = None) -> StreamHealth:
         """Ask the driver to stop (SIGTERM: it stops its queries cleanly), SIGKILL its process group
@@ -248,25 +435,63 @@ class StreamControl:
         return victims
 
     def supervise(self) -> tuple[str, StreamHealth]:
-        """One supervision round: returns (action taken, health after it)."""
+        """One supervision round: returns (action taken, health after it), also written to ``health.json``."""
         health = self.health()
         write_json(self.dir / "health.json", health.to_dict())
+        action, after = self._supervise(health)
+        write_json(self.dir / "health.json", {**after.to_dict(), "action": action})
+        return action, after
+
+    def _supervise(self, health: StreamHealth) -> tuple[str, StreamHealth]:
         if health.desired == STOPPED:
             if health.state in (RUNNING, STARTING, STALLED):
                 return "stopped (desired state is stopped)", self.stop(reason="desired state is stopped")
             return "none (stopped on request)", health
         if health.state in (RUNNING, STARTING):
             return "none", health
-        if health.state == STALLED:
-            self.stop(reason=f"stalled: {health.detail}")
-            after = self.start(reason=f"restart after stall: {health.detail}")
-            return f"restarted (stalled: {health.detail})", after
-        if health.state == DEAD:
-            self.reap_leftovers()
-            after = self.start(reason=f"restart after crash: {health.detail}")
-            return f"restarted (died: {health.detail})", after
+        if health.state == FAILED:
+            return "none (failed: not restarted until resumed)", health
+        if health.state in (STALLED, DEAD):
+            pid = self.driver().get("pid")
+            if health.state == STALLED:
+                self.stop(reason=f"stalled: {health.detail}")
+                self._event("stalled", pid=pid, error=f"stalled: {health.detail}", batches=self.batches())
+            else:
+                self.reap_leftovers()
+                self._event("died", pid=pid, error=health.error, batches=self.batches())
+            loop = self.crash_loop()
+            if loop is not None:
+                return f"failed ({loop.attempts} starts in a row ended without a batch)", self._fail(loop)
+            attempts = len(failed_attempts(self.events()))
+            allowed = self.settings.stream_max_restarts
+            count = (
+                f"{attempts} of {allowed + 1} failed starts allowed in a row"
+                if attempts
+                else "it had committed batches"
+            )
+            what = "stalled" if health.state == STALLED else "died"
+            after = self.start(reason=f"restart after {'stall' if what == 'stalled' else 'crash'}: {health.detail}")
+            return f"restarted ({what}: {health.detail}; {count})", after
         after = self.start(reason="desired state is running")
         return "started", after
+
+    def _fail(self, loop: CrashLoop) -> StreamHealth:
+        """Mark the stream failed (no more restarts) with the crash loop's one line."""
+        detail = (
+            f"{loop.describe(self.settings.stream_max_restarts)}; not restarted until the cause is fixed and "
+            "tidewater_stream_control runs with action=resume"
+        )
+        record = {
+            "at": _now(),
+            "attempts": loop.attempts,
+            "error": loop.error,
+            "detail": detail,
+            "first_at": loop.first_at,
+            "max_restarts": self.settings.stream_max_restarts,
+        }
+        write_json(self.dir / "driver.json", {**self.driver(), "failed": record})
+        self._event("failed", attempts=loop.attempts, error=loop.error, detail=detail)
+        return self.health()
 
 
 def _query_view(progress: dict[str, Any]) -> dict[str, Any]:
@@ -283,10 +508,20 @@ def _query_view(progress: dict[str, Any]) -> dict[str, Any]:
     return {k: progress.get(k) for k in keys}
 
 
-def _last_error(log_path: Path) -> str:
+def _last_error(log_path: Path, offset: int = 0) -> str:
+    """The last one-line error the driver printed after ``offset`` (its launch's part of the log)."""
     from tidewater.cli import last_error_line
 
-    return last_error_line(log_path)
+    line = last_error_line(log_path)
+    if offset <= 0 or line == "no log":
+        return line
+    try:
+        with open(log_path, "rb") as log:
+            log.seek(offset)
+            tail = log.read().decode(errors="replace").splitlines()
+    except OSError:
+        return "no log"
+    return line if f"tidewater: {line}" in tail else _NO_ERROR
 
 
 def alive(pid: int) -> bool:

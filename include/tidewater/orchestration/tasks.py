@@ -13,11 +13,11 @@ from typing import Any
 
 from tidewater.batch.interval import Interval, parse_time
 from tidewater.config import Settings
-from tidewater.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-ACTIONS = ("start", "stop", "restart")
+# Stream control: resume clears a crash loop's failed state (start and restart also clear it).
+ACTIONS = ("start", "stop", "restart", "resume")
 
 
 # ---- streams ----------------------------------------------------------------------------------------
@@ -25,29 +25,47 @@ ACTIONS = ("start", "stop", "restart")
 
 def supervise_stream(pipeline: str) -> dict[str, Any]:
     """One supervision round for ``pipeline``'s live stream; raise when it had died or stalled (after
-    restarting it), so the incident shows red in the grid while the stream is already back."""
-    from tidewater.orchestration.supervisor import DEAD, STALLED, StreamControl, StreamIncidentError
+    restarting it), so the incident shows red in the grid while the stream is already back.
+
+    A crash-looping stream (see :func:`tidewater.orchestration.supervisor.crash_loop`) is marked
+    failed and no longer restarted; the task then fails with its one line (the attempts and the
+    driver's error) on every run until the stream is resumed: the grid stays red while it is down.
+    """
+    from tidewater.orchestration.supervisor import (
+        DEAD,
+        FAILED,
+        STALLED,
+        STOPPED,
+        StreamControl,
+        StreamFailedError,
+        StreamIncidentError,
+    )
 
     control = StreamControl(Settings.from_env(), pipeline)
     before = control.health()
     action, health = control.supervise()
     log.info("stream %s: %s -> %s", pipeline, action, health.summary())
-    if before.state in (DEAD, STALLED) and before.desired != "stopped":
+    if health.state == FAILED:
+        raise StreamFailedError(f"stream {health.namespace}/{pipeline} failed: {health.detail}")
+    if before.state in (DEAD, STALLED) and before.desired != STOPPED:
         raise StreamIncidentError(
             f"stream {pipeline} was {before.state} ({before.detail}); {action}: {health.summary()}"
         )
     return {"action": action, **health.to_dict()}
 
 
-def control_stream(pipeline: str, action: str, run_id: str) -> dict[str, Any]:
-    """Start, stop or restart a stream on request (the control DAG); the choice persists, so the
-    supervisor does not undo a stop."""
+def control_stream(params: Mapping[str, Any], run_id: str) -> dict[str, Any]:
+    """Start, stop, restart or resume a stream on request (the control DAG); the choice persists, so
+    the supervisor does not undo a stop. ``resume`` clears a crash loop's failed state (refused in one
+    line when the stream is not failed); a start or restart clears it too."""
+    from tidewater.orchestration.params import parse_control_params
     from tidewater.orchestration.supervisor import RUNNING, STOPPED, StreamControl
 
-    if action not in ACTIONS:
-        raise ConfigError(f"action {action!r} is not one of {', '.join(ACTIONS)}")
+    pipeline, action = parse_control_params(params)
     control = StreamControl(Settings.from_env(), pipeline)
     by = f"dag run {run_id}"
+    if action == "resume":
+        health = control.resume(by=by)
     if action in ("stop", "restart"):
         control.set_desired(STOPPED, by=by)
         health = control.stop(reason=f"{action} requested by {by}")
