@@ -77,6 +77,8 @@ def main() -> None:
         end = time.monotonic() + args.seconds
         while time.monotonic() < end:
             sample = {"platform": session_rss_bytes(proc.pid), "broker": session_rss_bytes(os.getsid(broker_pid))}
+            if recorded.get("s3_server_pid"):  # the durable broker's log lives on the embedded S3 server
+                sample["broker's S3 server"] = session_rss_bytes(os.getsid(recorded["s3_server_pid"]))
             for name, pid in airflow_pids.items():
                 sample[f"airflow {name}"] = session_rss_bytes(pid)
             stream = control.health().pid

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tidewater.broker import EmbeddedBroker, free_port
+from tidewater.broker import DurableBroker, EmbeddedBroker, free_port
 from tidewater.config import Settings
 from tidewater.lake import storage
 
@@ -176,3 +176,14 @@ def airflow_home(tmp_path_factory: pytest.TempPathFactory):
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     return home
+
+
+@pytest.fixture
+def durable_broker(tmp_path: Path) -> Iterator[DurableBroker]:
+    """A tansu broker whose log lives in a bucket of an embedded SeaweedFS S3 server, both real
+    processes with their data in this test's folder; both stopped by PID, also when the test fails."""
+    running = DurableBroker(tmp_path / "durable-broker", log_dir=tmp_path)
+    try:
+        yield running.start()
+    finally:
+        running.stop()

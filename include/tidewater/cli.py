@@ -5,7 +5,7 @@
     tidewater streams [stop]      health of each supervised stream (or stop them)
     tidewater stream rsvps        run one pipeline's streaming queries (what spark_jobs/stream.py calls)
     tidewater generate ...        produce RSVP events (see --help)
-    tidewater broker              run the embedded broker alone
+    tidewater broker [--durable]  run the embedded broker alone (in memory, or its log on the embedded S3 server)
     tidewater topics create NAME  create a topic
     tidewater tables              list the lake's tables: version, rows, files, size
     tidewater sql "SELECT ..."    read-only SQL over the lake's tables, paged (time travel; --tables: catalog)
@@ -91,7 +91,7 @@ def cmd_stream(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_platform(args: argparse.Namespace, settings: Settings) -> int:
     """Broker, generator, Airflow (which starts and supervises the streams) until Ctrl-C or ``tidewater stop``."""
-    from tidewater.broker import EmbeddedBroker
+    from tidewater.broker import DurableBroker, EmbeddedBroker
     from tidewater.orchestration.airflow_env import passwords_file
     from tidewater.orchestration.airflow_local import LocalAirflow
     from tidewater.orchestration.platform import PlatformState, StreamReporter, start_generator
@@ -100,22 +100,39 @@ def cmd_platform(args: argparse.Namespace, settings: Settings) -> int:
     state = PlatformState(settings)
     state.claim()  # one platform per state folder
     stopper = _StopOnSignal().install()
-    broker: EmbeddedBroker | None = None
+    broker: EmbeddedBroker | DurableBroker | None = None
     airflow: LocalAirflow | None = None
     generator = None
     try:
         if not settings.kafka_bootstrap_servers:
-            archived = state.archive_previous_embedded_run()
-            if archived:
-                print(
-                    f"tidewater: the embedded broker keeps no data between runs: moved the last run's lake and "
-                    f"checkpoints to {archived}",
-                    flush=True,
-                )
-            broker = EmbeddedBroker(port=settings.embedded_broker_port, log_path=state.log_dir / "broker.log").start()
+            for orphan in state.stop_orphans():
+                print(f"tidewater: stopped {orphan} left running by a platform that was killed", flush=True)
+            if not args.durable_broker:
+                archived = state.resume_or_archive(None)
+                if archived:
+                    print(
+                        f"tidewater: the in-memory broker keeps no data between runs: moved the last run's lake "
+                        f"and checkpoints to {archived}",
+                        flush=True,
+                    )
+                broker = EmbeddedBroker(port=settings.embedded_broker_port, log_path=state.log_dir / "broker.log")
+                broker.start()
+                state.record(broker_pid=broker.process.pid if broker.process else None, s3_server_pid=None)
+                kind = "in-memory"
+            else:
+                broker = DurableBroker(state.broker_dir, port=settings.embedded_broker_port, log_dir=state.log_dir)
+                broker.start()
+                state.record(broker_pid=broker.pids["broker"], s3_server_pid=broker.pids["s3_server"])
+                archived = state.resume_or_archive(broker.identity)
+                if archived:
+                    print(
+                        f"tidewater: the broker's log in {state.broker_dir} is not the one the last run's streams "
+                        f"read (new or deleted): moved the last run's lake and checkpoints to {archived}",
+                        flush=True,
+                    )
+                kind = f"durable: log on the local S3 server {broker.s3.endpoint_url}, data in {state.broker_dir}"
             settings = settings.replace(kafka_bootstrap_servers=broker.bootstrap_servers)
-            state.record(broker_pid=broker.process.pid if broker.process else None)
-            print(f"tidewater: embedded Kafka broker (tansu, in-memory) on {broker.bootstrap_servers}", flush=True)
+            print(f"tidewater: embedded Kafka broker (tansu, {kind}) on {broker.bootstrap_servers}", flush=True)
         settings = settings.replace(batch_start_date=settings.batch_start_date or state.first_start_hour())
         from tidewater.generator.producer import ensure_topic
 
@@ -159,6 +176,7 @@ def cmd_platform(args: argparse.Namespace, settings: Settings) -> int:
             generator.join(timeout=10)
         if broker is not None:
             broker.stop()
+            state.record(broker_pid=None, s3_server_pid=None)
         state.release()
 
 
@@ -276,11 +294,22 @@ def table_report(settings: Settings, pipeline_name: str) -> str:
 
 
 def cmd_broker(args: argparse.Namespace, settings: Settings) -> int:
-    from tidewater.broker import EmbeddedBroker
+    from tidewater.broker import DurableBroker, EmbeddedBroker
 
     stopper = _StopOnSignal().install()
-    with EmbeddedBroker(port=args.port or settings.embedded_broker_port) as broker:
-        print(f"tidewater: embedded broker on {broker.bootstrap_servers} (Ctrl-C stops it)", flush=True)
+    port = args.port or settings.embedded_broker_port
+    if args.durable:
+        data_dir = Path(args.data_dir or Path(settings.state_dir, "broker")).absolute()
+        with DurableBroker(data_dir, port=port) as durable:
+            print(
+                f"tidewater: embedded broker (durable: log on the S3 server {durable.s3.endpoint_url}, data in "
+                f"{data_dir}) on {durable.bootstrap_servers} (Ctrl-C stops it)",
+                flush=True,
+            )
+            stopper.event.wait()
+        return 0
+    with EmbeddedBroker(port=port) as broker:
+        print(f"tidewater: embedded broker (in-memory) on {broker.bootstrap_servers} (Ctrl-C stops it)", flush=True)
         stopper.event.wait()
     return 0
 
@@ -337,6 +366,12 @@ def build_parser() -> argparse.ArgumentParser:
     platform.add_argument("--rate", type=float, default=500.0, help="generated events per second (0: none)")
     platform.add_argument("--seed", type=int, default=42)
     platform.add_argument("--report-seconds", type=float, default=10.0, help="how often to print table counts")
+    platform.add_argument(
+        "--durable-broker",
+        action="store_true",
+        help="keep the embedded broker's log on the embedded S3 server (<state dir>/broker): a new run resumes "
+        "the last one instead of archiving it (tansu 0.6.0 reads slower as its log grows: see the README)",
+    )
     platform.set_defaults(func=cmd_platform)
 
     stop = sub.add_parser("stop", help="stop the platform running from this state folder")
@@ -363,6 +398,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     broker = sub.add_parser("broker", help="run the embedded broker until Ctrl-C")
     broker.add_argument("--port", type=int, default=0)
+    broker.add_argument(
+        "--durable", action="store_true", help="keep the log on the embedded S3 server (restarts resume)"
+    )
+    broker.add_argument("--data-dir", default="", help="the durable broker's folder (default: <state dir>/broker)")
     broker.set_defaults(func=cmd_broker)
 
     topics = sub.add_parser("topics", help="manage topics")

@@ -1,8 +1,14 @@
 """Pieces of ``tidewater platform``: its state-folder claim, the generator thread, status lines.
 
 One platform per state folder: ``<state_dir>/platform.json`` records the running platform's pid
-(for ``tidewater stop``) and the hour it first ran (the batch DAGs' start date); an ``flock`` on
-``platform.lock`` refuses a second platform on the same folder.
+(for ``tidewater stop``), the hour it first ran (the batch DAGs' start date) and the identity of
+the embedded broker's log its streams read; an ``flock`` on ``platform.lock`` refuses a second
+platform on the same folder.
+
+With ``--durable-broker`` tansu keeps its log in a bucket of the embedded S3 server under
+``<state_dir>/broker/``, so a new run resumes the last one's topics, offsets and checkpoints. Only
+when that log is not the one the last run's streams read (the in-memory broker, which is new on
+every run, or a broker folder deleted while the lake remained) is the last run moved aside.
 """
 
 from __future__ import annotations
@@ -71,17 +77,60 @@ class PlatformState:
             data = self.read()
         return str(data["first_start_hour"])
 
+    @property
+    def broker_dir(self) -> Path:
+        """The durable embedded broker's folder: its S3 server's data (the log's bucket), ports, logs."""
+        return self.dir / "broker"
+
+    def resume_or_archive(self, broker_identity: str | None) -> Path | None:
+        """May the lake and checkpoints go on with this run's embedded broker?
+
+        ``broker_identity`` names the durable broker's log (:attr:`tidewater.broker.DurableBroker.identity`);
+        None is the in-memory broker, whose log is new on every run. The same log as the last run's:
+        resume, nothing moves. Any other: the last run's offsets would point into a log that is gone,
+        so that run is archived (if a stream read it). Returns the archive folder, if any."""
+        recorded = self.read().get("broker_identity")
+        if broker_identity is not None and recorded == broker_identity:
+            return None
+        archived = self.archive_previous_embedded_run()
+        self.record(broker_identity=broker_identity)
+        return archived
+
+    def stop_orphans(self) -> list[str]:
+        """Stop the durable broker and its S3 server a previous platform of this folder started and
+        left running (that platform was killed): by their recorded pids, each checked to still be
+        this folder's process (:meth:`tidewater.broker.DurableBroker.is_ours`). Call only while
+        holding the claim, so no platform of this folder is running."""
+        from tidewater.broker import DurableBroker
+
+        data = self.read()
+        durable = DurableBroker(self.broker_dir)
+        stopped = []
+        for field, name in (("broker_pid", "broker"), ("s3_server_pid", "S3 server")):
+            pid = data.get(field)
+            if pid and _alive(int(pid)) and durable.is_ours(int(pid)):
+                _terminate(int(pid))
+                stopped.append(f"the embedded {name} (pid {pid})")
+        self.record(broker_pid=None, s3_server_pid=None)
+        return stopped
+
     def archive_previous_embedded_run(self) -> Path | None:
-        """The embedded broker is in-memory: a new run's topics restart at offset 0, which the last
-        run's checkpoints (and bronze offsets) would contradict. Move that run's lake, checkpoints
-        and stream state aside, keeping them readable, instead of failing or mixing the two."""
+        """The embedded broker's log is new (in-memory, or a new bucket): its topics restart at offset
+        0, which the last run's checkpoints (and bronze offsets) would contradict. Move that run's
+        lake, checkpoints and stream state aside, keeping them readable, instead of failing or mixing
+        the two."""
         parts = [self.dir / name for name in ("checkpoints", "progress", "streams")]
         if not self.settings.lake_root:
             parts.append(self.dir / "lake")
         if not any(self.settings.checkpoint_dir.glob("*/*/*/offsets")):  # no stream read the last broker
             return None
         present = [p for p in parts if p.exists()]
-        target = self.dir / "previous-runs" / dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+        target = self.dir / "previous-runs" / stamp
+        for n in range(2, 1000):  # two archives within one second keep apart
+            if not target.exists():
+                break
+            target = target.with_name(f"{stamp}-{n}")
         target.mkdir(parents=True)
         for path in present:
             shutil.move(str(path), str(target / path.name))
@@ -156,6 +205,19 @@ def stop_streams(settings: Settings) -> None:
         if control.lease_pids() or control.driver():
             health = control.stop(reason="platform stopping")
             print(f"tidewater: stream {name}: {health.state}", flush=True)
+
+
+def _terminate(pid: int, *, timeout_s: float = 15.0) -> None:
+    """SIGTERM ``pid``, SIGKILL it if it is still alive after ``timeout_s``."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and _alive(pid):
+            time.sleep(0.2)
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _now() -> str:

