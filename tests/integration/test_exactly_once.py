@@ -1,16 +1,23 @@
-"""Exactly-once into Delta while the streaming driver is killed with SIGKILL.
+"""Chaos: exactly-once into Delta while the streaming driver is killed with SIGKILL, again and again.
 
-The real entry point (spark-submit spark_jobs/stream.py) runs against the real broker while
-events keep arriving. It is killed four times: once by fault injection right after bronze's Delta
-commit and before Spark's checkpoint commit, once right after silver's commit (same micro-batch,
-still before the checkpoint commit), and twice at random moments. A final Trigger.AvailableNow
-run drains the rest. Then: bronze holds every produced offset exactly once, silver every distinct
-valid event exactly once, quarantine every malformed record once, and gold equals a from-scratch
-batch computation over silver.
+The real entry point (spark-submit spark_jobs/stream.py) runs against the real broker while a
+producer sends valid events, re-sends, late and out-of-order events, conflicting copies (same event
+id, another day or another answer) and hostile records (the regression corpus of tests/hostile.py).
+It is killed twelve times: once by fault injection right after bronze's Delta commit and before
+Spark's checkpoint commit, once right after silver's commit (same micro-batch, still before the
+checkpoint commit), and ten times at random moments (starting up, reading, committing). A final
+Trigger.AvailableNow run drains the rest. Then, read with an independent reader (delta-rs to
+pyarrow, not the project's read path): bronze holds every produced record exactly once, silver
+every distinct valid event exactly once (the first copy), quarantine every malformed or hostile
+record once with its reason, conflicts every conflicting copy once, and gold lies between the
+on-time events' aggregate and silver's (late events may or may not have made it before the
+watermark, depending on where the kills cut the micro-batches).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
 import json
 import os
 import random
@@ -21,13 +28,17 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
+from deltalake import DeltaTable
 
-from pipeline_helpers import gold_as_streamed, gold_from_silver, send, table_rows
+from hostile import NOW_MS, corpus
+from pipeline_helpers import gold_as_streamed, send
 from tidewater.cli import launch_stream_job, stop_process_group
-from tidewater.generator.events import GeneratorConfig, expected_events, generate, parse_ts
+from tidewater.generator.events import GeneratedRecord, GeneratorConfig, expected_events, generate, parse_ts
 from tidewater.generator.producer import ensure_topic
 from tidewater.lake.layout import PipelineLayout
+from tidewater.lake.reads import read_table
 from tidewater.lake.tables import LakeTable
 from tidewater.pipelines import get_pipeline
 from tidewater.streaming.checkpoint import IDENTITY_FILE, CheckpointError, claim
@@ -37,6 +48,44 @@ pytestmark = pytest.mark.slow
 
 RSVPS = get_pipeline("rsvps")
 TOTAL = 12_000
+RANDOM_KILLS = 10
+STORED_CORPUS_IDS = {"corpus-y999", "corpus-tsmax", "corpus-tsmin", "corpus-hugekey", "corpus-nul\x00"}
+
+
+def hostile_records(valid: list[GeneratedRecord]) -> tuple[list[GeneratedRecord], list[GeneratedRecord]]:
+    """(corpus records, conflicting copies of some valid events) as generator records."""
+    template = valid[0]
+    cases = [  # a negative CreateTime is not sendable: such a case is sent at NOW_MS instead
+        dataclasses.replace(
+            template,
+            key=c.key or b"",
+            value=c.value or b"",
+            timestamp_ms=c.timestamp_ms if c.timestamp_ms >= 0 else NOW_MS,
+        )
+        for c in corpus()
+    ]
+    conflicts = []
+    for i, record in enumerate(r for r in valid if r.kind == "ok"):
+        if i >= 6:
+            break
+        payload = json.loads(record.value)
+        when = dt.datetime.fromisoformat(payload["event_time"].replace("Z", "+00:00"))
+        if i % 2:  # the same event id on another day (earlier: later would be from the future)
+            payload["event_time"] = (when - dt.timedelta(days=1)).isoformat().replace("+00:00", "Z")
+        else:  # twenty minutes apart, another answer
+            payload["event_time"] = (when - dt.timedelta(minutes=20)).isoformat().replace("+00:00", "Z")
+            payload["response"] = "no" if payload["response"] != "no" else "yes"
+        conflicts.append(dataclasses.replace(record, value=json.dumps(payload).encode()))
+    return cases, conflicts
+
+
+def coordinates(table: pa.Table, partition: str, offset: str) -> Counter[tuple[int, int]]:
+    return Counter(zip(table[partition].to_pylist(), table[offset].to_pylist(), strict=True))
+
+
+def independent(layout: PipelineLayout, table: str) -> pa.Table:
+    """A table as delta-rs alone reads it (not tidewater's Spark read path)."""
+    return DeltaTable(layout.table_uri(table)).to_pyarrow_table()
 
 
 def wait_for(predicate, *, timeout_s: float, what: str) -> None:
@@ -75,14 +124,20 @@ def test_exactly_once_under_kill_9(spark, kafka_settings, make_topic, tmp_path: 
         out_of_order_fraction=0.1,
         out_of_order_max_ms=20_000,
         malformed_rate=0.02,
+        late_fraction=0.01,
+        late_delay_ms=300_000,
     )
-    records = list(generate(config, TOTAL))
+    generated = list(generate(config, TOTAL))
+    cases, conflicting = hostile_records(generated)
+    # Hostile records and conflicting copies arrive in the second half, among the rest.
+    records = generated[: TOTAL // 2] + cases + generated[TOTAL // 2 :]
+    records[-1000:-1000] = conflicting
     send(settings, topic, records[: TOTAL // 2])
 
     def trickle() -> None:  # the rest arrives while the driver is being killed at random
-        for start in range(TOTAL // 2, TOTAL, 250):
+        for start in range(TOTAL // 2, len(records), 250):
             send(settings, topic, records[start : start + 250])
-            time.sleep(1.5)
+            time.sleep(1.0)
 
     producer = threading.Thread(target=trickle, daemon=True)
     seed = int(os.environ.get("TIDEWATER_CHAOS_SEED", time.time()))
@@ -106,12 +161,16 @@ def test_exactly_once_under_kill_9(spark, kafka_settings, make_topic, tmp_path: 
             assert LakeTable(layout.table_uri(query)).committed_version(app_id(layout, "bronze")) == batch
             assert not (layout.checkpoint("bronze") / "commits" / str(batch)).exists()
 
-        # 3 + 4: kill -9 the whole driver (JVM and Python) at random moments while events arrive.
+        # 3 .. 12: kill -9 the whole driver (JVM and Python) at random moments while events arrive: every
+        # other round once the restarted job has made progress, the rest wherever it happens to be.
         producer.start()
-        for round_no in range(2):
+        for round_no in range(RANDOM_KILLS):
             launched = time.time()
             job = launch(f"random-{round_no}")
-            wait_for(lambda t=launched: heartbeat_after(layout, t), timeout_s=240, what="a batch of the restarted job")
+            if round_no % 2 == 0:
+                wait_for(lambda t=launched: heartbeat_after(layout, t), timeout_s=240, what="a batch of the job")
+            else:
+                time.sleep(chaos.uniform(2.0, 12.0))
             if round_no == 0:  # meanwhile a second driver on the same checkpoint is refused
                 with pytest.raises(CheckpointError, match="in use by a running driver"):
                     claim(
@@ -122,7 +181,7 @@ def test_exactly_once_under_kill_9(spark, kafka_settings, make_topic, tmp_path: 
                         source=f"kafka:{topic}",
                         target=layout.table_uri("bronze"),
                     )
-            time.sleep(chaos.uniform(0.0, 4.0))
+            time.sleep(chaos.uniform(0.0, 3.0))
             os.killpg(job.pid, signal.SIGKILL)
             job.wait(timeout=30)
 
@@ -133,17 +192,45 @@ def test_exactly_once_under_kill_9(spark, kafka_settings, make_topic, tmp_path: 
         for job in running:
             stop_process_group(job, timeout_s=10)
 
-    bronze = table_rows(spark, settings, "bronze")
-    assert Counter((r["partition"], r["offset"]) for r in bronze).most_common(1)[0][1] == 1
-    assert len(bronze) == TOTAL
-    assert sorted(r["value"] for r in bronze) == sorted(r.value for r in records)
+    bronze = independent(layout, "bronze")
+    assert coordinates(bronze, "partition", "offset").most_common(1)[0][1] == 1
+    assert bronze.num_rows == len(records)
+    assert sorted(bronze["value"].to_pylist()) == sorted(r.value for r in records)
 
-    silver = table_rows(spark, settings, "silver")
-    assert Counter(r["event_id"] for r in silver) == Counter(expected_events(config, TOTAL).keys())
+    silver = independent(layout, "silver")
+    expected = expected_events(config, TOTAL)
+    assert Counter(silver["event_id"].to_pylist()) == Counter([*expected.keys(), *STORED_CORPUS_IDS])
+    by_id = {r["event_id"]: r for r in silver.select(["event_id", "event_time", "response"]).to_pylist()}
+    for copy in conflicting:  # the first copy is the one kept
+        original = json.loads(expected[copy.event_id].value)
+        assert by_id[copy.event_id]["response"] == original["response"]
 
-    quarantine = table_rows(spark, settings, "quarantine")
-    assert len(quarantine) == sum(r.kind == "malformed" for r in records)
-    assert len({(r["kafka_partition"], r["kafka_offset"]) for r in quarantine}) == len(quarantine)
+    conflicts = independent(layout, "conflicts")
+    assert sorted(conflicts["key"].to_pylist()) == sorted(c.event_id for c in conflicting)
+    assert coordinates(conflicts, "copy_kafka_partition", "copy_kafka_offset").most_common(1)[0][1] == 1
 
+    quarantine = independent(layout, "quarantine")
+    assert coordinates(quarantine, "kafka_partition", "kafka_offset").most_common(1)[0][1] == 1
+    malformed = sum(r.kind == "malformed" for r in generated)
+    assert quarantine.num_rows == malformed + len(cases) - len(STORED_CORPUS_IDS)
+    assert all(quarantine["reason"].to_pylist())
+    assert {c.value for c in cases} - set(quarantine["raw_value"].to_pylist()) == {
+        c.value for c in cases if json.loads(c.value)["event_id"] in STORED_CORPUS_IDS
+    }
+
+    # Gold: never more than silver holds, never less than the on-time events.
+    all_silver = read_table(spark, layout.table_uri("silver"))
+    late_ids = [r.event_id for r in generated if r.kind == "late"] + sorted(STORED_CORPUS_IDS)
+    on_time = all_silver.where(~all_silver.event_id.isin(late_ids))
     for gold in RSVPS.gold:
-        assert gold_as_streamed(spark, settings, gold.name) == gold_from_silver(spark, settings, gold.name)
+        streamed = {row[: len(gold.keys)]: row for row in gold_as_streamed(spark, settings, gold.name)}
+        ceiling = {tuple(r)[: len(gold.keys)]: tuple(r) for r in gold.build(all_silver).collect()}
+        floor = {tuple(r)[: len(gold.keys)]: tuple(r) for r in gold.build(on_time).collect()}
+        assert set(floor) <= set(streamed) <= set(ceiling), gold.name
+        for keys, row in streamed.items():
+            counts = [v for v in row[len(gold.keys) :] if isinstance(v, int)]
+            high = [v for v in ceiling[keys][len(gold.keys) :] if isinstance(v, int)]
+            low = [v for v in floor.get(keys, row)[len(gold.keys) :] if isinstance(v, int)] if keys in floor else None
+            assert all(c <= h for c, h in zip(counts, high, strict=True)), (gold.name, row, ceiling[keys])
+            if low is not None:
+                assert all(c >= lo for c, lo in zip(counts, low, strict=True)), (gold.name, row, floor[keys])

@@ -219,7 +219,8 @@ def test_paths_and_table_functions_are_refused(check, sql, shown):
 def test_unknown_tables_are_refused_with_the_known_names(check, sql):
     message = refused(check, sql)
     assert message.startswith("refused: unknown table ")
-    assert "lake tables: rsvps.audits, rsvps.bronze, rsvps.corrections, rsvps.gold.trending_venues" in message
+    listed = "rsvps.audits, rsvps.bronze, rsvps.conflicts, rsvps.corrections, rsvps.gold.trending_venues"
+    assert f"lake tables: {listed}" in message
 
 
 def test_catalog_names_resolve_to_lake_paths(check, lake_settings):
