@@ -20,6 +20,7 @@ from airflow.sdk import DAG, Param, task
 
 from tidewater.config import Settings
 from tidewater.orchestration import tasks
+from tidewater.orchestration.params import ACTIONS
 from tidewater.pipelines import all_pipelines
 
 settings = Settings.from_env()
@@ -56,7 +57,7 @@ with DAG(
         "pipeline": Param(PIPELINES[0] if PIPELINES else "", enum=PIPELINES, description="which pipeline"),
         "action": Param(
             "stop",
-            enum=list(tasks.ACTIONS),
+            enum=list(ACTIONS),
             description="start, stop or restart its stream; resume: clear a crash loop's failed state and start it",
         ),
     },

@@ -34,8 +34,10 @@ from tidewater.config import Settings
 from tidewater.connectors.kafka_client import KafkaPythonClient, PartitionClient
 from tidewater.errors import ConfigError
 from tidewater.lake.layout import PipelineLayout
-from tidewater.orchestration.tasks import ACTIONS
 from tidewater.pipelines.base import Pipeline
+
+# What the stream control DAG can be asked to do (the DAG's enum and the check below).
+ACTIONS = ("start", "stop", "restart", "resume")
 
 SOURCES = ("bronze", "kafka")
 TARGETS = ("sandbox", "live")

@@ -16,10 +16,6 @@ from tidewater.config import Settings
 
 log = logging.getLogger(__name__)
 
-# Stream control: resume clears a crash loop's failed state (start and restart also clear it).
-ACTIONS = ("start", "stop", "restart", "resume")
-
-
 # ---- streams ----------------------------------------------------------------------------------------
 
 
