@@ -40,6 +40,7 @@ from types import TracebackType
 from typing import Any
 
 from tidewater.errors import ConfigError, TidewaterError
+from tidewater.processes import alive as _alive
 
 HOST = "127.0.0.1"
 GRPC_OFFSET = 10_000  # SeaweedFS' default gRPC port = HTTP port + 10000
@@ -127,19 +128,6 @@ def _read_json(path: Path) -> dict[str, Any]:
         return dict(json.loads(path.read_text()))
     except (OSError, ValueError):
         return {}
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is not alive
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
 
 
 def _is_weed_on(pid: int, data_dir: Path) -> bool:

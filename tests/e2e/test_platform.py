@@ -37,8 +37,9 @@ from tidewater.generator.producer import ensure_topic
 from tidewater.lake.layout import PipelineLayout
 from tidewater.orchestration.airflow_local import LocalAirflow
 from tidewater.orchestration.platform import start_generator
-from tidewater.orchestration.supervisor import RUNNING, STOPPED, StreamControl, alive, group_members
+from tidewater.orchestration.supervisor import RUNNING, STOPPED, StreamControl, group_members
 from tidewater.pipelines import get_pipeline
+from tidewater.processes import alive
 
 pytestmark = [pytest.mark.slow, pytest.mark.airflow]
 

@@ -164,6 +164,14 @@ def test_regression_corpus_with_valid_events(spark, tmp_path: Path) -> None:
     assert "corpus-nul\x00" in silver_ids  # stored as it is
     assert counts["copies"] > 0
 
+    # The raw payloads are bytes: a payload that is not UTF-8 stays queryable (it used to fail the SQL).
+    from tidewater.query.sql import run_sql
+
+    result = run_sql(layout.settings, "SELECT count(raw_value) AS n, max(length(raw_value)) AS m FROM rsvps.quarantine")
+    assert result.rows[0][0] == quarantine.num_rows
+    utf8 = run_sql(layout.settings, "SELECT raw_value FROM rsvps.quarantine WHERE reason LIKE '%UTF-8%'")
+    assert any(b"\xff" in row[0] or b"\xed" in row[0] for row in utf8.rows)
+
 
 @pytest.fixture(scope="module")
 def shared_lake(spark, tmp_path_factory) -> dict[str, Any]:

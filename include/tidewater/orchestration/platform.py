@@ -26,8 +26,8 @@ from typing import IO, Any
 from tidewater.config import Settings
 from tidewater.errors import ConfigError, TidewaterError, one_line
 from tidewater.lake.locks import try_flock
-from tidewater.orchestration.supervisor import alive as _alive
 from tidewater.orchestration.supervisor import read_json, write_json
+from tidewater.processes import alive as _alive
 
 
 class PlatformState:

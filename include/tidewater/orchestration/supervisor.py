@@ -47,6 +47,7 @@ from tidewater.config import Settings
 from tidewater.errors import ConfigError, TidewaterError
 from tidewater.lake.layout import PipelineLayout
 from tidewater.pipelines import get_pipeline
+from tidewater.processes import alive
 from tidewater.streaming.checkpoint import lease_holder
 from tidewater.streaming.progress import read_progress
 
@@ -522,21 +523,6 @@ def _last_error(log_path: Path, offset: int = 0) -> str:
     except OSError:
         return "no log"
     return line if f"tidewater: {line}" in tail else _NO_ERROR
-
-
-def alive(pid: int) -> bool:
-    """Is ``pid`` a live process (not a zombie)?"""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie (exited, not yet reaped by its parent) is not alive
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
 
 
 def group_members(pgid: int) -> list[tuple[int, str]]:
