@@ -231,3 +231,21 @@ def test_a_record_that_breaks_the_transforms_is_quarantined_and_the_batch_goes_o
     monkeypatch.setattr(base.Pipeline, "parse", parse_that_always_fails)
     with pytest.raises(Exception, match="storage is down"):
         write_batch(spark, layout, valid_events(8, seed=10), batch_id=1, first_offset=100)
+
+
+def test_a_pipeline_may_opt_into_lenient_parsing(spark) -> None:
+    """``strict_json=False`` hands payloads to Spark's lenient reader: what it accepts, it keeps."""
+    import dataclasses
+
+    from tidewater import transforms
+
+    valid = valid_events(1, seed=11)[0].value
+    lenient_spellings = [valid + b" trailing", valid[:-1] + b',"response":"no"}']
+    items = [Hostile(v) for v in lenient_spellings]
+    bronze = transforms.to_bronze(spark.createDataFrame(pa.Table.from_batches([kafka_batch(items)])))
+    strict = RSVPS.parse(bronze).select("_error").toArrow().column(0).to_pylist()
+    assert all(reason and reason.startswith("malformed JSON") for reason in strict), strict
+    lenient = dataclasses.replace(RSVPS, strict_json=False)
+    parsed = lenient.parse(bronze).select("_error", "response").toArrow().to_pylist()
+    assert [row["_error"] for row in parsed] == [None, None]
+    assert parsed[1]["response"] == "no"  # Spark keeps the last of duplicate keys
