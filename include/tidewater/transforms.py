@@ -126,10 +126,25 @@ def quarantined_rows(parsed: DataFrame) -> DataFrame:
     )
 
 
-def first_per_key(rows: DataFrame, key: str) -> DataFrame:
-    """One row per business key: the first to reach Kafka (lowest partition, then offset)."""
-    order = Window.partitionBy(key).orderBy("kafka_partition", "kafka_offset")
-    return rows.withColumn("_rank", F.row_number().over(order)).where("_rank = 1").drop("_rank")
+def first_per_key(rows: DataFrame, key: str, *, kept: DataFrame | None = None) -> DataFrame:
+    """One row per business key: the first copy to arrive (lowest partition, then offset).
+
+    ``kept`` (the key and Kafka lineage of rows a table already holds) records earlier decisions: a
+    copy with that lineage wins over any other, so a bounded rebuild keeps the copy the stream kept
+    (the stream's "first" is the first *processed*, which partition order alone cannot tell).
+    """
+    lineage = ("kafka_topic", "kafka_partition", "kafka_offset")
+    if kept is not None:
+        marks = kept.select(key, *[F.col(c).alias(f"_kept_{c}") for c in lineage]).dropDuplicates([key])
+        same = [F.col(c).eqNullSafe(F.col(f"_kept_{c}")) for c in lineage]
+        rows = rows.join(marks, on=key, how="left").withColumn(
+            "_preference", F.when(same[0] & same[1] & same[2], 0).otherwise(1)
+        )
+        rows = rows.drop(*[f"_kept_{c}" for c in lineage])
+    else:
+        rows = rows.withColumn("_preference", F.lit(1))
+    order = Window.partitionBy(key).orderBy("_preference", "kafka_partition", "kafka_offset")
+    return rows.withColumn("_rank", F.row_number().over(order)).where("_rank = 1").drop("_rank", "_preference")
 
 
 HELD_METRIC = "held_ahead_of_clock"

@@ -380,6 +380,7 @@ def test_catalog_lists_every_queryable_table_under_the_lake(lake):
         "rsvps.bronze",
         "rsvps.silver",
         "rsvps.quarantine",
+        "rsvps.conflicts",
         "rsvps.gold.venue_response_counts",
         "rsvps.gold.trending_venues",
         "rsvps.corrections",

@@ -231,11 +231,12 @@ def rebuild(spark: SparkSession, plan: Rebuild) -> BatchResult:
             # silver MERGE waits and then inserts into our result (its insert-only MERGE adds only events
             # we did not write), so no event is lost either way.
             with target.lock("silver").hold(plan.purpose):
-                source = _source_silver(spark, plan).persist(StorageLevel.MEMORY_AND_DISK)
+                held = _held_in_silver(spark, plan)
+                source = _source_silver(spark, plan, held).persist(StorageLevel.MEMORY_AND_DISK)
                 fresh = source.where(selection.column())
-                elsewhere = _keys_held_elsewhere(spark, plan)
-                if elsewhere is not None:
-                    fresh = fresh.join(elsewhere, on=pipeline.key, how="left_anti")
+                if held is not None:  # a key silver holds with an event time outside the interval stays there
+                    outside = held.where(~Selection(pipeline.event_time, plan.interval).column())
+                    fresh = fresh.join(outside.select(pipeline.key), on=pipeline.key, how="left_anti")
                 fresh = fresh.orderBy(pipeline.partition_column, pipeline.event_time, pipeline.key)
                 result = silver_table.replace_where(fresh.toArrow(), selection.sql(), metadata=meta)
                 tables["silver"] = TableOutcome.of(result)
@@ -286,7 +287,7 @@ def _result(
     )
 
 
-def _source_silver(spark: SparkSession, plan: Rebuild) -> DataFrame:
+def _source_silver(spark: SparkSession, plan: Rebuild, held: DataFrame | None) -> DataFrame:
     """Every silver row the source yields from ``start - clock skew`` on (not yet cut to the interval)."""
     pipeline = plan.pipeline
     since = plan.interval.start - parse_duration(pipeline.clock_skew_tolerance)
@@ -294,23 +295,23 @@ def _source_silver(spark: SparkSession, plan: Rebuild) -> DataFrame:
         bronze = sources.kafka_since(spark, plan.source_layout.settings, pipeline, since)
     else:
         bronze = sources.bronze_since(spark, plan.source_layout.table("bronze"), since)
-    return pipeline.silver_from_bronze(bronze)
+    return pipeline.silver_from_bronze(bronze, kept=held)
 
 
-def _keys_held_elsewhere(spark: SparkSession, plan: Rebuild) -> DataFrame | None:
-    """Keys silver already holds with an event time outside the interval.
+def _held_in_silver(spark: SparkSession, plan: Rebuild) -> DataFrame | None:
+    """Key, Kafka lineage and event time of every row silver holds (of the source's namespace).
 
-    Silver keeps one row per key, the first copy to arrive (:mod:`tidewater.dedup`); a later copy
-    with another event time is a conflict, not a second row. The interval's bronze may hold such a
-    copy without its original (which arrived earlier, with its own time), so the rebuild leaves out
-    every key that silver holds elsewhere, as the stream did.
+    Silver keeps one row per key, the first copy the stream processed (:mod:`tidewater.dedup`); a
+    later copy with another event time is a conflict, not a second row. A rebuild keeps those
+    choices: the copy silver holds wins (:func:`tidewater.transforms.first_per_key`), and a key silver
+    holds outside the interval is not re-added from a copy inside it.
     """
     pipeline = plan.pipeline
     silver = plan.source_layout.table("silver")
     if not silver.exists():
         return None
-    inside = Selection(pipeline.event_time, plan.interval).column()
-    return read_table(spark, silver.uri).where(~inside).select(pipeline.key).distinct()
+    columns = (pipeline.key, "kafka_topic", "kafka_partition", "kafka_offset", pipeline.event_time)
+    return read_table(spark, silver.uri).select(*columns)
 
 
 def _rebuild_gold(

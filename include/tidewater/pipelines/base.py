@@ -128,12 +128,13 @@ class Pipeline:
     def quarantine(self, parsed: DataFrame) -> DataFrame:
         return transforms.quarantined_rows(parsed)
 
-    def dedup(self, silver: DataFrame) -> DataFrame:
-        return transforms.first_per_key(silver, self.key)
+    def dedup(self, silver: DataFrame, *, kept: DataFrame | None = None) -> DataFrame:
+        """One row per key; ``kept`` (lineage of the rows silver holds) keeps the stream's choices."""
+        return transforms.first_per_key(silver, self.key, kept=kept)
 
-    def silver_from_bronze(self, bronze: DataFrame) -> DataFrame:
+    def silver_from_bronze(self, bronze: DataFrame, *, kept: DataFrame | None = None) -> DataFrame:
         """The whole bronze -> silver step for a bounded input (batch recompute, replay)."""
-        return self.dedup(self.silver(self.parse(bronze)))
+        return self.dedup(self.silver(self.parse(bronze)), kept=kept)
 
     def gold_table(self, name: str) -> GoldTable:
         for table in self.gold:
