@@ -47,7 +47,7 @@ from tidewater.streaming.faults import CRASH_AFTER_COMMIT
 pytestmark = pytest.mark.slow
 
 RSVPS = get_pipeline("rsvps")
-TOTAL = 12_000
+TOTAL = 9_000
 RANDOM_KILLS = 10
 STORED_CORPUS_IDS = {"corpus-y999", "corpus-tsmax", "corpus-tsmin", "corpus-hugekey", "corpus-nul\x00"}
 
