@@ -287,3 +287,18 @@ def test_a_recompute_keeps_the_copy_the_stream_kept(spark, tmp_path: Path) -> No
         end = start + dt.timedelta(hours=1)
         recompute_interval(spark, layout.settings, RSVPS, start, end, run_id=f"r-{start:%Y%m%d}", layers=("silver",))
         assert silver_copies() == [(3, 0)], start
+
+
+@pytest.mark.parametrize("where", ["file", "s3"])
+def test_silver_key_lookup_reads_the_log_not_the_folder(where: str, lake_uri: str, request) -> None:
+    """The stream's key lookup (LakeTable.lookup) on the local file system and on S3 (moto): it sees the
+    current snapshot only, never files an overwrite removed."""
+    root = request.getfixturevalue("s3_lake_uri") if where == "s3" else lake_uri
+    table = LakeTable(f"{root}/silver")
+    schema = pa.schema([("event_id", pa.string()), ("n", pa.int64())])
+    table.ensure(schema)
+    table.append_arrow(pa.table({"event_id": ["a", "b"], "n": [1, 2]}, schema=schema))
+    table.replace_where(pa.table({"event_id": ["b"], "n": [3]}, schema=schema), "event_id = 'b'")
+    found = table.lookup("event_id", pa.array(["b", "c"]))
+    assert found.to_pylist() == [{"event_id": "b", "n": 3}]
+    assert table.lookup("event_id", pa.array([], pa.string())).num_rows == 0
