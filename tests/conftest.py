@@ -151,6 +151,18 @@ def kafka_settings(settings: Settings, broker: EmbeddedBroker) -> Settings:
 
 
 @pytest.fixture
+def rsvp_settings(kafka_settings: Settings, make_topic: Callable[..., str]) -> Settings:
+    """Settings with a unique topic prefix (so tests never share the rsvps topic), its topic created."""
+    from tidewater.generator.producer import ensure_topic
+    from tidewater.pipelines import get_pipeline
+
+    prefix = make_topic(partitions=1, prefix="unused") + "-"
+    settings = kafka_settings.replace(kafka_topic_prefix=prefix)
+    ensure_topic(settings, settings.topic(get_pipeline("rsvps").topic), 4)
+    return settings
+
+
+@pytest.fixture
 def lake_uri(tmp_path: Path) -> str:
     return (tmp_path / "lake").as_uri()
 

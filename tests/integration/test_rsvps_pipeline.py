@@ -34,17 +34,6 @@ EXPECTED_REASON = {  # each reason starts so; strict parsing adds where and why
 }
 
 
-@pytest.fixture
-def rsvp_settings(kafka_settings, make_topic):
-    """Settings with a unique topic prefix so tests never share the rsvps topic."""
-    prefix = make_topic(partitions=1, prefix="unused") + "-"
-    settings = kafka_settings.replace(kafka_topic_prefix=prefix)
-    from tidewater.generator.producer import ensure_topic
-
-    ensure_topic(settings, settings.topic(RSVPS.topic), 4)
-    return settings
-
-
 def run_available_now(spark, settings) -> PipelineStreams:
     streams = PipelineStreams(settings, RSVPS)
     try:

@@ -16,8 +16,6 @@ import json
 import time
 import uuid
 
-import pytest
-
 from pipeline_helpers import gold_as_streamed, run_stream, send, table_rows
 from tidewater.generator.events import GeneratedRecord, GeneratorConfig, generate
 from tidewater.lake.layout import PipelineLayout
@@ -25,16 +23,6 @@ from tidewater.lake.reads import read_table
 from tidewater.pipelines import get_pipeline
 
 RSVPS = get_pipeline("rsvps")
-
-
-@pytest.fixture
-def rsvp_settings(kafka_settings, make_topic):
-    prefix = make_topic(partitions=1, prefix="unused") + "-"
-    settings = kafka_settings.replace(kafka_topic_prefix=prefix)
-    from tidewater.generator.producer import ensure_topic
-
-    ensure_topic(settings, settings.topic(RSVPS.topic), 2)
-    return settings
 
 
 def forged(template: GeneratedRecord, *, event_time: str, kafka_ms: int) -> GeneratedRecord:
