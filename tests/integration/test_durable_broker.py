@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.structs import OffsetAndMetadata
@@ -124,6 +125,13 @@ def topic_contents(bootstrap: str, topic: str, partitions: int) -> tuple[dict[in
     return ends, records
 
 
+def _max_per_partition(columns: dict[str, list]) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for partition, offset in zip(columns["partition"], columns["offset"], strict=True):
+        out[partition] = max(offset, out.get(partition, -1))
+    return out
+
+
 def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int | None]:
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
     try:
@@ -199,8 +207,8 @@ TOTAL = 6_000
 def table_columns(settings: Settings, table: str, columns: list[str]) -> dict[str, list]:
     uri = PipelineLayout.of(settings, RSVPS).table_uri(table)
     try:
-        return DeltaTable(uri).to_pyarrow_table(columns=columns).to_pydict()
-    except Exception:  # not created yet
+        return DeltaTable(uri).to_pyarrow_dataset().to_table(columns=columns).to_pydict()
+    except TableNotFoundError:  # not created yet; any other error is the test's to report
         return {c: [] for c in columns}
 
 
@@ -271,15 +279,23 @@ def test_stream_survives_broker_kill_9(durable_broker: DurableBroker, tmp_path: 
         assert len(acked) == TOTAL
 
         expected = Counter(expected_events(config, TOTAL).keys())
-        wait_for(
-            lambda: (
+
+        def caught_up() -> bool:
+            return (
                 len(table_columns(settings, "silver", ["event_id"])["event_id"]) >= len(expected)
                 and len(table_columns(settings, "bronze", ["offset"])["offset"]) >= TOTAL
-            ),
-            timeout_s=240,
-            what="every record in bronze and silver",
-            log=stream_log,
-        )
+            )
+
+        try:
+            wait_for(caught_up, timeout_s=240, what="every record in bronze and silver", log=stream_log)
+        except AssertionError as exc:  # say where the records stopped: the broker, or the stream
+            ends, in_topic = topic_contents(settings.kafka_bootstrap_servers, topic, 4)
+            bronze_offsets = table_columns(settings, "bronze", ["partition", "offset"])
+            raise AssertionError(
+                f"{exc}\nbroker ends {ends}, {len(in_topic)} records in the topic of {TOTAL} acked; "
+                f"bronze {len(bronze_offsets['offset'])} rows, max offset per partition "
+                f"{_max_per_partition(bronze_offsets)}; stream alive: {job.poll() is None}"
+            ) from None
         assert job.poll() is None, "the stream died with the broker: " + stream_log.read_text()[-3000:]
     finally:
         producer.close(timeout=5)
