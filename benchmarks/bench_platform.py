@@ -29,9 +29,9 @@ from bench_stream import session_rss_bytes
 
 from tidewater.broker import free_port
 from tidewater.config import Settings
-from tidewater.lake.layout import PipelineLayout
 from tidewater.orchestration.supervisor import RUNNING, StreamControl
 from tidewater.pipelines import get_pipeline
+from tidewater.pipelines.layout import PipelineLayout
 
 BIN = Path(sys.executable).parent
 

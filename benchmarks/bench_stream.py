@@ -31,14 +31,15 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from tidewater.broker import EmbeddedBroker
-from tidewater.cli import launch_stream_job, stop_process_group
 from tidewater.config import Settings
 from tidewater.generator.events import GeneratorConfig
 from tidewater.generator.producer import ensure_topic, produce
-from tidewater.lake.layout import PipelineLayout
 from tidewater.lake.storage import filesystem
 from tidewater.lake.tables import LakeTable
 from tidewater.pipelines import get_pipeline
+from tidewater.pipelines.layout import PipelineLayout
+from tidewater.processes import stop_process_group
+from tidewater.streaming.jobs import launch_stream_job
 
 RSVPS = get_pipeline("rsvps")
 

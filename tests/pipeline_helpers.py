@@ -15,9 +15,9 @@ from pyspark.sql import SparkSession
 from tidewater.config import Settings
 from tidewater.connectors.kafka_client import RECORD_SCHEMA
 from tidewater.generator.events import GeneratedRecord, GeneratorConfig, generate
-from tidewater.lake.layout import PipelineLayout
 from tidewater.lake.reads import read_table
 from tidewater.pipelines import get_pipeline
+from tidewater.pipelines.layout import PipelineLayout
 
 # Bronze's Arrow schema, for tests that commit bronze files directly (no Spark).
 BRONZE_SCHEMA = pa.schema(

@@ -10,7 +10,9 @@ its only output.
 
 from __future__ import annotations
 
+import argparse
 import re
+from typing import NoReturn
 
 
 class TidewaterError(Exception):
@@ -145,3 +147,10 @@ def _java_cause(lines: list[str]) -> str | None:
 
     first, root = describe(found[0]), describe(found[-1])
     return first if root == first else f"{first} (caused by {root})"
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Usage errors in the one-line form of every other tidewater error (exit status 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"tidewater: ConfigError: {self.prog}: {message} (see --help)\n")

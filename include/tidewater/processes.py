@@ -1,8 +1,20 @@
-"""Process facts the platform's supervisors share (lowest layer: stdlib only)."""
+"""Process facts and process control the platform shares (lowest layer: stdlib only).
+
+One owner each for: whether a pid lives, signalling a process group, stopping a child we started
+(SIGTERM, then SIGKILL), turning SIGINT/SIGTERM into an orderly stop, and the environment a child
+Spark process (spark-submit, a Python worker) needs.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping
+from types import FrameType
 
 
 def alive(pid: int) -> bool:
@@ -18,3 +30,58 @@ def alive(pid: int) -> bool:
             return stat.read().rsplit(")", 1)[-1].split()[0] != "Z"
     except OSError:
         return True
+
+
+def signal_group(pgid: int, sig: int) -> None:
+    """Signal a process group; one that is already gone (or not ours to signal) is left alone."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def stop_process_group(process: subprocess.Popen[bytes], *, timeout_s: float) -> None:
+    """SIGTERM the group we started (graceful stop), SIGKILL it if it does not end in time.
+
+    ``process`` must have been started with ``start_new_session=True`` so its group is its own.
+    """
+    if process.poll() is not None:
+        return
+    signal_group(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        signal_group(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+
+
+class StopOnSignal:
+    """SIGINT/SIGTERM set an event instead of raising, so shutdown runs in order."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.signal: int | None = None
+
+    def install(self) -> StopOnSignal:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.event.is_set() and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # second Ctrl-C: give up on the orderly stop
+        self.signal = signum
+        self.event.set()
+
+
+def spark_child_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What a child Spark process needs: the venv's interpreter for driver and workers, loopback only.
+
+    A value already in ``environ`` (default: this process's environment) wins, so an operator can
+    point Spark at another interpreter or address.
+    """
+    current = os.environ if environ is None else environ
+    defaults = {
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    }
+    return {key: current.get(key, value) for key, value in defaults.items()}

@@ -8,20 +8,18 @@ JVM heap), and the tidewater data sources registered.
 from __future__ import annotations
 
 import os
-import sys
 
 from pyspark.sql import SparkSession
 
 from tidewater.config import Settings
+from tidewater.processes import spark_child_env
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 
 def prepare_environment(settings: Settings) -> None:
     """Environment the JVM and Python workers inherit: the venv interpreter, loopback, our settings."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.update(spark_child_env())
     os.environ.update(settings.to_env())
 
 

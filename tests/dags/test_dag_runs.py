@@ -20,9 +20,9 @@ from deltalake import DeltaTable
 from pipeline_helpers import gold_from_silver, produce_generated, run_stream, send, table_rows
 from tidewater.generator.events import GeneratorConfig, generate, parse_ts
 from tidewater.generator.producer import ensure_topic
-from tidewater.lake.layout import PipelineLayout
 from tidewater.lake.reads import read_table
 from tidewater.pipelines import get_pipeline
+from tidewater.pipelines.layout import PipelineLayout
 
 pytestmark = pytest.mark.slow
 

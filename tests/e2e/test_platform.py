@@ -34,11 +34,11 @@ from pipeline_helpers import table_rows, wait_for
 from tidewater.broker import free_port
 from tidewater.config import Settings
 from tidewater.generator.producer import ensure_topic
-from tidewater.lake.layout import PipelineLayout
 from tidewater.orchestration.airflow_local import AirflowError, LocalAirflow
 from tidewater.orchestration.platform import start_generator
 from tidewater.orchestration.supervisor import RUNNING, STOPPED, StreamControl, group_members
 from tidewater.pipelines import get_pipeline
+from tidewater.pipelines.layout import PipelineLayout
 from tidewater.processes import alive
 
 pytestmark = [pytest.mark.slow, pytest.mark.airflow]

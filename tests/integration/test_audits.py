@@ -25,10 +25,10 @@ from deltalake import DeltaTable
 from pipeline_helpers import streamed_lake, table_rows
 from tidewater.batch.interval import Interval
 from tidewater.config import Settings
-from tidewater.lake.layout import PipelineLayout
 from tidewater.lake.storage import join
 from tidewater.lake.tables import LakeTable
 from tidewater.pipelines import get_pipeline
+from tidewater.pipelines.layout import PipelineLayout
 from tidewater.quality.audit import AuditRequest, AuditResult, run_audit
 from tidewater.quality.audit_log import AUDIT_SCHEMA
 

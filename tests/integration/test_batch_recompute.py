@@ -29,11 +29,11 @@ from tidewater.batch.interval import Interval
 from tidewater.batch.ledger import Ledger
 from tidewater.batch.recompute import recompute_interval
 from tidewater.batch.result import BatchResult
-from tidewater.cli import spark_job
 from tidewater.config import Settings
-from tidewater.lake.layout import PipelineLayout
 from tidewater.lake.reads import read_table
+from tidewater.paths import spark_job
 from tidewater.pipelines import get_pipeline
+from tidewater.pipelines.layout import PipelineLayout
 
 RSVPS = get_pipeline("rsvps")
 T0 = dt.datetime(2026, 11, 21, 10, 0, tzinfo=dt.UTC)

@@ -21,8 +21,8 @@ from tidewater.broker import free_port
 from tidewater.config import Settings
 from tidewater.errors import CheckpointError
 from tidewater.generator.producer import ensure_topic
-from tidewater.lake.layout import PipelineLayout
 from tidewater.pipelines import get_pipeline
+from tidewater.pipelines.layout import PipelineLayout
 from tidewater.streaming.checkpoint import IDENTITY_FILE, check_spark_logs, claim
 
 RSVPS = get_pipeline("rsvps")

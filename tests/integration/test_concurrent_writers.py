@@ -19,9 +19,9 @@ from pipeline_helpers import send, table_rows, wait_for
 from tidewater.batch.recompute import recompute_interval
 from tidewater.generator.events import GeneratorConfig, expected_events, generate, parse_ts
 from tidewater.generator.producer import ensure_topic
-from tidewater.lake.layout import PipelineLayout
 from tidewater.orchestration.supervisor import RUNNING, StreamControl
 from tidewater.pipelines import get_pipeline
+from tidewater.pipelines.layout import PipelineLayout
 
 pytestmark = pytest.mark.slow
 

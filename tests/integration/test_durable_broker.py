@@ -23,15 +23,16 @@ from kafka.structs import OffsetAndMetadata
 
 from pipeline_helpers import wait_for
 from tidewater.broker import DurableBroker
-from tidewater.cli import launch_stream_job, stop_process_group
 from tidewater.config import Settings
 from tidewater.connectors.kafka_client import KafkaPythonClient
 from tidewater.generator.events import GeneratedRecord, GeneratorConfig, expected_events, generate, parse_ts
 from tidewater.generator.producer import ensure_topic
-from tidewater.lake.layout import PipelineLayout
 from tidewater.orchestration.platform import PlatformState
 from tidewater.pipelines import get_pipeline
+from tidewater.pipelines.layout import PipelineLayout
+from tidewater.processes import stop_process_group
 from tidewater.s3server import GRPC_OFFSET, S3Server, S3ServerError
+from tidewater.streaming.jobs import launch_stream_job
 
 RSVPS = get_pipeline("rsvps")
 

@@ -34,15 +34,16 @@ from deltalake import DeltaTable
 
 from hostile import NOW_MS, corpus
 from pipeline_helpers import gold_as_streamed, send
-from tidewater.cli import launch_stream_job, stop_process_group
+from tidewater.faults import CRASH_AFTER_COMMIT
 from tidewater.generator.events import GeneratedRecord, GeneratorConfig, expected_events, generate, parse_ts
 from tidewater.generator.producer import ensure_topic
-from tidewater.lake.layout import PipelineLayout
 from tidewater.lake.reads import read_table
 from tidewater.lake.tables import LakeTable
 from tidewater.pipelines import get_pipeline
+from tidewater.pipelines.layout import PipelineLayout
+from tidewater.processes import stop_process_group
 from tidewater.streaming.checkpoint import IDENTITY_FILE, CheckpointError, claim
-from tidewater.streaming.faults import CRASH_AFTER_COMMIT
+from tidewater.streaming.jobs import launch_stream_job
 
 pytestmark = pytest.mark.slow
 

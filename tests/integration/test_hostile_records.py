@@ -27,10 +27,10 @@ from hypothesis import strategies as st
 from hostile import Hostile, corpus, kafka_batch, records
 from tidewater.config import Settings
 from tidewater.generator.events import GeneratorConfig, generate
-from tidewater.lake.layout import PipelineLayout
 from tidewater.lake.reads import read_table
 from tidewater.lake.tables import LakeTable
 from tidewater.pipelines import get_pipeline
+from tidewater.pipelines.layout import PipelineLayout
 from tidewater.streaming.writers import BronzeSilverWriter, SilverWriter
 
 RSVPS = get_pipeline("rsvps")

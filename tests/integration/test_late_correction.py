@@ -25,9 +25,9 @@ from tidewater.batch.recompute import recompute_interval
 from tidewater.config import Settings
 from tidewater.generator.events import GeneratorConfig, generate, parse_ts
 from tidewater.generator.producer import ensure_topic
-from tidewater.lake.layout import PipelineLayout
 from tidewater.lake.reads import read_table
 from tidewater.pipelines import get_pipeline
+from tidewater.pipelines.layout import PipelineLayout
 from tidewater.streaming.runner import PipelineStreams
 
 RSVPS = get_pipeline("rsvps")

@@ -1,4 +1,4 @@
-"""Table maintenance (tidewater.lake.maintenance) on real Delta tables on the local file system.
+"""Table maintenance (tidewater.batch.maintenance) on real Delta tables on the local file system.
 
 The bronze table is committed the way the stream commits it (executor-side Parquet files from
 ``write_data_files`` + one idempotent ``commit_files`` per micro-batch), so compaction meets the
@@ -21,21 +21,21 @@ from deltalake import DeltaTable
 
 from lock_helpers import held_elsewhere
 from pipeline_helpers import BRONZE_SCHEMA
-from tidewater.config import Settings
-from tidewater.errors import ConfigError
-from tidewater.lake.files import write_data_files
-from tidewater.lake.layout import PipelineLayout
-from tidewater.lake.locks import TableLockTimeoutError
-from tidewater.lake.maintenance import (
+from tidewater.batch.maintenance import (
     LEDGER,
     MaintenanceError,
     ledger_lock,
     maintain_pipeline,
     maintain_table,
 )
+from tidewater.config import Settings
+from tidewater.errors import ConfigError
+from tidewater.lake.files import write_data_files
+from tidewater.lake.locks import TableLockTimeoutError
 from tidewater.lake.reads import read_table
 from tidewater.lake.tables import LakeTable
 from tidewater.pipelines import get_pipeline
+from tidewater.pipelines.layout import PipelineLayout
 
 RSVPS = get_pipeline("rsvps")
 APP_ID = "tidewater/live/rsvps/bronze/test-stream"

@@ -20,9 +20,9 @@ from tidewater.batch.interval import Interval
 from tidewater.batch.recompute import replay
 from tidewater.config import Settings
 from tidewater.errors import ConfigError
-from tidewater.lake.layout import PipelineLayout
 from tidewater.lake.reads import read_table
 from tidewater.pipelines import get_pipeline
+from tidewater.pipelines.layout import PipelineLayout
 
 RSVPS = get_pipeline("rsvps")
 T0 = dt.datetime(2026, 11, 21, 10, 0, tzinfo=dt.UTC)

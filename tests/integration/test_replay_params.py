@@ -31,7 +31,6 @@ from tidewater.connectors.kafka_client import records_to_arrow
 from tidewater.errors import BrokerUnreachableError, ConfigError, TidewaterError, TopicNotFoundError
 from tidewater.generator.producer import ensure_topic
 from tidewater.lake.files import write_data_files
-from tidewater.lake.layout import PipelineLayout
 from tidewater.orchestration.params import (
     ReplayRequest,
     check_range_held,
@@ -39,6 +38,7 @@ from tidewater.orchestration.params import (
     parse_replay_params,
 )
 from tidewater.pipelines import get_pipeline
+from tidewater.pipelines.layout import PipelineLayout
 
 RSVPS = get_pipeline("rsvps")
 NOW = dt.datetime(2026, 11, 21, 12, 0, tzinfo=dt.UTC)

@@ -14,9 +14,9 @@ import pytest
 
 from pipeline_helpers import gold_as_streamed, gold_from_silver, produce_generated, send, table_rows
 from tidewater.generator.events import GeneratorConfig, expected_events, generate, parse_ts
-from tidewater.lake.layout import PipelineLayout
 from tidewater.lake.tables import LakeTable
 from tidewater.pipelines import get_pipeline
+from tidewater.pipelines.layout import PipelineLayout
 from tidewater.streaming.runner import PipelineStreams
 
 RSVPS = get_pipeline("rsvps")

@@ -25,7 +25,6 @@ import pytest
 from pipeline_helpers import send, table_rows, wait_for
 from tidewater.generator.events import GeneratorConfig, expected_events, generate, parse_ts
 from tidewater.generator.producer import ensure_topic
-from tidewater.lake.layout import PipelineLayout
 from tidewater.orchestration import tasks
 from tidewater.orchestration.supervisor import (
     DEAD,
@@ -38,6 +37,7 @@ from tidewater.orchestration.supervisor import (
     alive,
 )
 from tidewater.pipelines import get_pipeline
+from tidewater.pipelines.layout import PipelineLayout
 
 pytestmark = pytest.mark.slow
 
@@ -46,7 +46,7 @@ TOTAL = 6_000
 
 
 def silver_count(settings) -> int:
-    from tidewater.lake.layout import PipelineLayout
+    from tidewater.pipelines.layout import PipelineLayout
 
     table = PipelineLayout.of(settings, RSVPS).table("silver")
     return table.row_count() if table.exists() else 0

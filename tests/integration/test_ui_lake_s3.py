@@ -13,9 +13,9 @@ import pytest
 from deltalake import write_deltalake
 
 from tidewater.config import Settings
-from tidewater.lake.layout import PipelineLayout
 from tidewater.lake.storage import filesystem, storage_options
 from tidewater.pipelines import get_pipeline
+from tidewater.pipelines.layout import PipelineLayout
 from tidewater.quality.audit_log import AuditRow, to_arrow
 from tidewater.ui import data
 from tidewater.ui.reports import ReportNotFound, ReportPathRefused, read_report, report_location, stat_report

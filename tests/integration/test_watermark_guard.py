@@ -18,9 +18,9 @@ import uuid
 
 from pipeline_helpers import gold_as_streamed, run_stream, send, table_rows
 from tidewater.generator.events import GeneratedRecord, GeneratorConfig, generate
-from tidewater.lake.layout import PipelineLayout
 from tidewater.lake.reads import read_table
 from tidewater.pipelines import get_pipeline
+from tidewater.pipelines.layout import PipelineLayout
 
 RSVPS = get_pipeline("rsvps")
 

@@ -20,9 +20,9 @@ from deltalake import CommitProperties, write_deltalake
 
 from tidewater.broker import free_port
 from tidewater.config import Settings
-from tidewater.lake.layout import PipelineLayout
 from tidewater.orchestration.airflow_env import ADMIN_USER
 from tidewater.pipelines import get_pipeline
+from tidewater.pipelines.layout import PipelineLayout
 from tidewater.quality.audit_log import AuditRow, to_arrow
 
 CHROMIUM = "/usr/bin/chromium"

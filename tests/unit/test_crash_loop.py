@@ -172,7 +172,7 @@ class RefusingLaunch:
 @pytest.fixture
 def refusing(monkeypatch: pytest.MonkeyPatch) -> RefusingLaunch:
     launch = RefusingLaunch()
-    monkeypatch.setattr("tidewater.cli.launch_stream_job", launch)
+    monkeypatch.setattr("tidewater.streaming.jobs.launch_stream_job", launch)
     return launch
 
 

@@ -10,10 +10,11 @@ import pyarrow as pa
 import pytest
 
 from tidewater.batch.gold_diff import measure_columns, plan_correction, reconcile_recompute, to_json
-from tidewater.batch.interval import Interval, parse_duration, parse_time
+from tidewater.batch.interval import Interval
 from tidewater.batch.ledger import LEDGER_SCHEMA, change_key, entries_for
 from tidewater.batch.predicates import Selection, coerce_entities
 from tidewater.errors import ConfigError
+from tidewater.times import parse_duration, parse_time
 
 KEYS = ("window_start", "venue_id", "response")
 T0 = dt.datetime(2026, 11, 21, 10, 0, tzinfo=dt.UTC)

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 from tidewater.config import Settings
-from tidewater.errors import ConfigError, PipelineError
+from tidewater.errors import ConfigError, OneLineParser
+from tidewater.pipelines import pipeline_option
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -33,17 +34,10 @@ COMMANDS = {
 }
 
 
-class _OneLineParser(argparse.ArgumentParser):
-    """Usage errors in the one-line form of every other tidewater error (exit status 2)."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"tidewater: ConfigError: {self.prog}: {message} (see --help)\n")
-
-
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``batch`` command and its sub-commands to the ``tidewater`` parser."""
     batch = sub.add_parser("batch", help="bounded recomputes: interval recompute, replay, late-data correction")
-    commands = batch.add_subparsers(dest="batch_command", required=True, parser_class=_OneLineParser)
+    commands = batch.add_subparsers(dest="batch_command", required=True, parser_class=OneLineParser)
     for name, text in COMMANDS.items():
         parser = commands.add_parser(name, help=text, description=text)
         parser.add_argument("--pipeline", required=True)
@@ -91,10 +85,10 @@ def prepare(args: argparse.Namespace, settings: Settings) -> Callable[[SparkSess
     from tidewater.batch.correction import correct_late_data
     from tidewater.batch.interval import Interval
     from tidewater.batch.targets import check_run_id
-    from tidewater.lake.layout import PipelineLayout
     from tidewater.lake.tables import check_lake_root
+    from tidewater.pipelines.layout import PipelineLayout
 
-    pipeline = _pipeline(args.pipeline)
+    pipeline = pipeline_option(args.pipeline)
     interval = Interval.parse(args.start, args.end)
     run_id = check_run_id(args.run_id)
     namespace = args.namespace or settings.namespace
@@ -141,15 +135,6 @@ def prepare(args: argparse.Namespace, settings: Settings) -> Callable[[SparkSess
         entities=args.entity,
         **common,
     )
-
-
-def _pipeline(name: str) -> Pipeline:
-    from tidewater.pipelines import get_pipeline
-
-    try:
-        return get_pipeline(name)
-    except PipelineError as exc:
-        raise ConfigError(f"--pipeline: {exc}") from None
 
 
 def _check_topic(settings: Settings, pipeline: Pipeline) -> None:

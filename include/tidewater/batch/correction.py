@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 
 from tidewater.batch import sources
 from tidewater.batch.gold_diff import plan_correction
-from tidewater.batch.interval import Interval, iso, parse_duration
+from tidewater.batch.interval import Interval
 from tidewater.batch.lateness import late_events
 from tidewater.batch.ledger import Ledger, entries_for
 from tidewater.batch.predicates import Selection
@@ -27,9 +27,10 @@ from tidewater.batch.result import BatchResult, TableOutcome
 from tidewater.batch.targets import check_run_id, commit_metadata, ensure_tables
 from tidewater.batch.windows import closed_before, feed_interval, interval_gold
 from tidewater.config import Settings
-from tidewater.lake.layout import PipelineLayout
 from tidewater.lake.tables import CommitResult
 from tidewater.pipelines.base import FINAL, GoldTable, Pipeline
+from tidewater.pipelines.layout import PipelineLayout
+from tidewater.times import iso, parse_duration
 
 MODE = "correction"
 

@@ -17,8 +17,9 @@ import pyarrow as pa
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-from tidewater.batch.interval import Interval, iso
+from tidewater.batch.interval import Interval
 from tidewater.errors import ConfigError
+from tidewater.times import iso
 
 
 def sql_timestamp(value: dt.datetime) -> str:

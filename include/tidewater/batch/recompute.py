@@ -43,7 +43,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from tidewater.batch import sources
 from tidewater.batch.gold_diff import reconcile_recompute
-from tidewater.batch.interval import Interval, iso, parse_duration
+from tidewater.batch.interval import Interval
 from tidewater.batch.lateness import late_events
 from tidewater.batch.ledger import Ledger, entries_for
 from tidewater.batch.predicates import Selection, coerce_entities
@@ -52,9 +52,10 @@ from tidewater.batch.targets import check_run_id, check_sandbox, commit_metadata
 from tidewater.batch.windows import closed_before, feed_interval, interval_gold
 from tidewater.config import Settings
 from tidewater.errors import ConfigError
-from tidewater.lake.layout import PipelineLayout
 from tidewater.lake.reads import read_table
 from tidewater.pipelines.base import GoldTable, Pipeline
+from tidewater.pipelines.layout import PipelineLayout
+from tidewater.times import iso, parse_duration
 
 LIVE = "live"
 SANDBOX = "sandbox"

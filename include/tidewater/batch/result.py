@@ -6,8 +6,9 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from tidewater.batch.interval import Interval, iso
+from tidewater.batch.interval import Interval
 from tidewater.lake.tables import CommitResult
+from tidewater.times import iso
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,11 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from tidewater.batch.interval import Interval, iso
+from tidewater.batch.interval import Interval
 from tidewater.config import Settings
 from tidewater.errors import ConfigError
-from tidewater.lake.layout import PipelineLayout
+from tidewater.pipelines.layout import PipelineLayout
+from tidewater.times import iso
 
 
 def check_sandbox(settings: Settings, source_namespace: str, sandbox: str | None) -> str:

@@ -14,9 +14,10 @@ import datetime as dt
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from tidewater.batch.interval import Interval, parse_duration
+from tidewater.batch.interval import Interval
 from tidewater.batch.predicates import Selection
 from tidewater.pipelines.base import FINAL, PROVISIONAL, GoldTable
+from tidewater.times import parse_duration
 
 
 def feed_interval(gold: GoldTable, interval: Interval) -> Interval:

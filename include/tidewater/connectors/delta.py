@@ -39,12 +39,12 @@ from pyspark.sql.datasource import (
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxFiles, SupportsTriggerAvailableNow
 
+from tidewater import faults
 from tidewater.errors import ConfigError, DeltaSourceError
 from tidewater.lake.files import HIVE_NULL, write_data_files
 from tidewater.lake.locks import TableLock, holding
 from tidewater.lake.storage import filesystem
 from tidewater.lake.tables import DataFile, LakeTable
-from tidewater.streaming import faults
 
 
 @dataclass(frozen=True)

@@ -283,12 +283,3 @@ class KafkaPythonClient:
             self._probe_consumer.close()
         if self._reader is not None:
             self._reader.close()
-
-
-def make_client(backend: str, config: dict[str, Any]) -> PartitionClient:
-    """The client for a backend name from ``Settings.kafka_client``."""
-    if backend == "confluent":
-        from tidewater.connectors.kafka_confluent import ConfluentClient
-
-        return ConfluentClient(config)
-    return KafkaPythonClient(config)

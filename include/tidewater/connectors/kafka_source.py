@@ -34,7 +34,8 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from tidewater.config import Settings
-from tidewater.connectors.kafka_client import SPARK_RECORD_DDL, PartitionClient, make_client
+from tidewater.connectors.kafka_client import SPARK_RECORD_DDL, KafkaPythonClient, PartitionClient
+from tidewater.connectors.kafka_confluent import ConfluentClient
 from tidewater.errors import ConfigError, DataLossError
 
 EARLIEST, LATEST = -2, -1
@@ -216,6 +217,13 @@ class _KafkaPlanner:
                 for lo in range(begin, stop, step):
                     ranges.append(KafkaRange(topic, int(p), lo, min(stop, lo + step)))
         return ranges
+
+
+def make_client(backend: str, config: dict[str, Any]) -> PartitionClient:
+    """The client for a backend name from ``Settings.kafka_client``."""
+    if backend == "confluent":
+        return ConfluentClient(config)
+    return KafkaPythonClient(config)
 
 
 def read_range(options: KafkaSourceOptions, part: KafkaRange) -> Iterator[pa.RecordBatch]:

@@ -49,6 +49,12 @@ def _start_time(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is neither epoch ms nor an ISO-8601 time") from None
 
 
+def register(sub: argparse._SubParsersAction) -> None:
+    generate = sub.add_parser("generate", help="produce RSVP events")
+    add_arguments(generate)
+    generate.set_defaults(func=lambda a, s: run(a, s))
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags for the topic, the run length and every generator knob."""
     d = _DEFAULTS

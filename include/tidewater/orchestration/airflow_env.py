@@ -20,6 +20,7 @@ from cryptography.fernet import Fernet
 
 from tidewater.config import Settings
 from tidewater.paths import dags_folder, plugins_folder
+from tidewater.processes import spark_child_env
 
 ADMIN_USER = "admin"
 SECRETS_FILE = "tidewater-secrets.json"
@@ -112,9 +113,7 @@ def airflow_environment(settings: Settings, airflow_secrets: AirflowSecrets) -> 
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(spark_conn),
         # spark-submit, airflow and the venv interpreter first on PATH; Spark's Python is the venv's.
         "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",
-        "PYSPARK_PYTHON": sys.executable,
-        "PYSPARK_DRIVER_PYTHON": sys.executable,
-        "SPARK_LOCAL_IP": "127.0.0.1",
+        **spark_child_env(),
         "NO_PROXY": "127.0.0.1,localhost",
         "no_proxy": "127.0.0.1,localhost",
     }

@@ -10,7 +10,6 @@ stopping Airflow leaves them running (see :mod:`tidewater.orchestration.supervis
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -33,6 +32,7 @@ from tidewater.orchestration.airflow_env import (
     api_url,
     ensure_secrets,
 )
+from tidewater.processes import signal_group
 
 log = logging.getLogger(__name__)
 
@@ -135,15 +135,15 @@ class LocalAirflow:
     def stop(self, timeout_s: float = 30) -> None:
         """SIGTERM each component's process group, SIGKILL what is left after ``timeout_s``."""
         for process in self.processes.values():
-            _signal_group(process, signal.SIGTERM)
+            signal_group(process.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
         for process in self.processes.values():
             try:
                 process.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                _signal_group(process, signal.SIGKILL)
+                signal_group(process.pid, signal.SIGKILL)
                 process.wait(timeout=10)
-            _signal_group(process, signal.SIGKILL)  # stragglers of the group (task runners, gunicorn)
+            signal_group(process.pid, signal.SIGKILL)  # stragglers of the group (task runners, gunicorn)
         self.processes.clear()
 
     # ---- REST API ---------------------------------------------------------------------------------
@@ -171,8 +171,3 @@ class LocalAirflow:
             detail = exc.read().decode(errors="replace")[:300]
             raise AirflowError(f"{method} {path}: HTTP {exc.code}: {detail}") from None
         return json.loads(text) if text else None
-
-
-def _signal_group(process: subprocess.Popen[bytes], sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, sig)

@@ -9,7 +9,6 @@ clearing or marking the task failed kills the spark-submit process (the operator
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,6 +16,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 
 from tidewater.config import Settings
 from tidewater.paths import project_root
+from tidewater.processes import spark_child_env
 
 
 class TidewaterSparkJobOperator(SparkSubmitOperator):
@@ -33,12 +33,7 @@ class TidewaterSparkJobOperator(SparkSubmitOperator):
     def execute(self, context: Any) -> None:
         settings = Settings.from_env()
         self._driver_memory = settings.spark_driver_memory
-        self.env_vars = {
-            **settings.to_env(),
-            "PYSPARK_PYTHON": sys.executable,
-            "PYSPARK_DRIVER_PYTHON": sys.executable,
-            "SPARK_LOCAL_IP": "127.0.0.1",
-        }
+        self.env_vars = {**settings.to_env(), **spark_child_env()}
         return super().execute(context)
 
 

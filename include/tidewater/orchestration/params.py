@@ -29,12 +29,12 @@ import pyarrow as pa
 from pyspark.sql.types import ByteType, DataType, IntegerType, LongType, ShortType, StructType
 
 from tidewater import pipelines as registry
-from tidewater.batch.interval import iso, parse_duration, parse_time
 from tidewater.config import Settings
 from tidewater.connectors.kafka_client import KafkaPythonClient, PartitionClient
 from tidewater.errors import ConfigError
-from tidewater.lake.layout import PipelineLayout
 from tidewater.pipelines.base import Pipeline
+from tidewater.pipelines.layout import PipelineLayout
+from tidewater.times import iso, parse_duration, parse_time
 
 # What the stream control DAG can be asked to do (the DAG's enum and the check below).
 ACTIONS = ("start", "stop", "restart", "resume")

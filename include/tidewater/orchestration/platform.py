@@ -183,7 +183,6 @@ class StreamReporter:
         self.settings = settings
 
     def report(self) -> str:
-        from tidewater.cli import table_report
         from tidewater.orchestration.supervisor import StreamControl
         from tidewater.pipelines import all_pipelines
 
@@ -222,3 +221,19 @@ def _terminate(pid: int, *, timeout_s: float = 15.0) -> None:
 
 def _now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+def table_report(settings: Settings, pipeline_name: str) -> str:
+    from tidewater.lake.tables import LakeTable
+    from tidewater.pipelines import get_pipeline
+    from tidewater.pipelines.layout import PipelineLayout
+
+    layout = PipelineLayout.of(settings, get_pipeline(pipeline_name))
+    parts = []
+    for name in layout.table_names:
+        table = LakeTable(layout.table_uri(name))
+        try:
+            parts.append(f"{name}={table.row_count():,}")
+        except TidewaterError:
+            parts.append(f"{name}=-")
+    return f"[{time.strftime('%H:%M:%S')}] rows: " + "  ".join(parts)

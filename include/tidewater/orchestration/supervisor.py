@@ -45,9 +45,9 @@ from typing import Any
 
 from tidewater.config import Settings
 from tidewater.errors import ConfigError, TidewaterError
-from tidewater.lake.layout import PipelineLayout
 from tidewater.pipelines import get_pipeline
-from tidewater.processes import alive
+from tidewater.pipelines.layout import PipelineLayout
+from tidewater.processes import alive, signal_group
 from tidewater.streaming.checkpoint import lease_holder
 from tidewater.streaming.progress import read_progress
 
@@ -352,7 +352,7 @@ class StreamControl:
 
     def start(self, *, reason: str) -> StreamHealth:
         """Launch the streaming job unless a driver already holds (or is about to hold) the checkpoints."""
-        from tidewater.cli import launch_stream_job
+        from tidewater.streaming.jobs import launch_stream_job
 
         current = self.health()
         if current.state in (RUNNING, STARTING, STALLED):
@@ -414,8 +414,7 @@ class StreamControl:
             time.sleep(0.5)
         forced = bool(self.lease_pids())
         for group in groups:  # the JVM and workers of the job, also after a clean driver exit
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(group, signal.SIGKILL)
+            signal_group(group, signal.SIGKILL)
         self._event("stop", pids=sorted(pids), reason=reason, forced=forced)
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline and (self.lease_pids() or any(group_members(g) for g in groups)):
@@ -511,7 +510,7 @@ def _query_view(progress: dict[str, Any]) -> dict[str, Any]:
 
 def _last_error(log_path: Path, offset: int = 0) -> str:
     """The last one-line error the driver printed after ``offset`` (its launch's part of the log)."""
-    from tidewater.cli import last_error_line
+    from tidewater.streaming.jobs import last_error_line
 
     line = last_error_line(log_path)
     if offset <= 0 or line == "no log":

@@ -11,8 +11,9 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from tidewater.batch.interval import Interval, parse_time
+from tidewater.batch.interval import Interval
 from tidewater.config import Settings
+from tidewater.times import parse_time
 
 log = logging.getLogger(__name__)
 
@@ -94,8 +95,8 @@ def interval_args(pipeline: str, start: Any, end: Any, run_id: str) -> list[str]
     """Arguments of ``batch recompute`` for one data interval; skip the run when nothing was ingested yet."""
     from airflow.sdk.exceptions import AirflowSkipException
 
-    from tidewater.lake.layout import PipelineLayout
     from tidewater.pipelines import get_pipeline
+    from tidewater.pipelines.layout import PipelineLayout
 
     settings = Settings.from_env()
     interval = Interval.parse(start, end)  # one-line ConfigError for a bad or empty interval
@@ -224,9 +225,9 @@ def gold_gate(pipeline: str, dag_id: str, run_id: str, audit_task_id: str) -> di
     """
     from deltalake import DeltaTable
 
-    from tidewater.lake.layout import PipelineLayout
     from tidewater.lake.storage import storage_options
     from tidewater.pipelines import get_pipeline
+    from tidewater.pipelines.layout import PipelineLayout
     from tidewater.quality.audit import AuditFailedError
 
     settings = Settings.from_env()
@@ -264,7 +265,7 @@ def gold_gate(pipeline: str, dag_id: str, run_id: str, audit_task_id: str) -> di
 
 def maintain(pipeline: str, run_id: str) -> list[dict[str, Any]]:
     """Compact, vacuum and checkpoint each of the pipeline's live tables (and its corrections ledger)."""
-    from tidewater.lake.maintenance import maintain_pipeline
+    from tidewater.batch.maintenance import maintain_pipeline
 
     settings = Settings.from_env()
     results = maintain_pipeline(settings, pipeline, run_id=run_id, retention_hours=settings.vacuum_retention_hours)

@@ -9,10 +9,10 @@ import importlib
 import pkgutil
 from functools import cache
 
-from tidewater.errors import PipelineError
+from tidewater.errors import ConfigError, PipelineError
 from tidewater.pipelines.base import GoldTable, Pipeline
 
-__all__ = ["GoldTable", "Pipeline", "all_pipelines", "get_pipeline"]
+__all__ = ["GoldTable", "Pipeline", "all_pipelines", "get_pipeline", "pipeline_option"]
 
 
 @cache
@@ -35,3 +35,11 @@ def get_pipeline(name: str) -> Pipeline:
     if name not in pipelines:
         raise PipelineError(f"unknown pipeline {name!r}; known: {', '.join(sorted(pipelines)) or 'none'}")
     return pipelines[name]
+
+
+def pipeline_option(name: str, option: str = "--pipeline") -> Pipeline:
+    """The pipeline a command-line option names; an unknown name is a usage error (one line)."""
+    try:
+        return get_pipeline(name)
+    except PipelineError as exc:
+        raise ConfigError(f"{option}: {exc}") from None

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tidewater.batch.interval import parse_duration
+from tidewater.times import parse_duration
 from tidewater.transforms import Rule
 
 Expectation = dict[str, Any]  # {"type": "expect_...", "kwargs": {...}, "meta": {...}}

@@ -20,17 +20,18 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from tidewater.batch.interval import Interval, iso
+from tidewater.batch.interval import Interval
 from tidewater.config import Settings
 from tidewater.errors import ConfigError, TidewaterError
-from tidewater.lake.layout import PipelineLayout
 from tidewater.lake.tables import LakeTable
 from tidewater.pipelines.base import Pipeline
+from tidewater.pipelines.layout import PipelineLayout
 from tidewater.quality import frames as fr
 from tidewater.quality import reports, suites
 from tidewater.quality.audit_log import AUDIT_SCHEMA, AuditRow, to_arrow
 from tidewater.quality.reconcile import reconcile
 from tidewater.quality.validate import SuiteOutcome, SuiteRunner
+from tidewater.times import iso
 
 log = logging.getLogger(__name__)
 

@@ -15,17 +15,17 @@ import argparse
 import json
 
 from tidewater.config import Settings
-from tidewater.errors import ConfigError
+from tidewater.errors import ConfigError, OneLineParser
+from tidewater.pipelines import pipeline_option
 
 RESULT_PREFIX = "tidewater: result "
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from tidewater.batch.cli import _OneLineParser
     from tidewater.quality.audit import CHECKS, TRIGGERS
 
     audit = sub.add_parser("audit", help="data-quality and reconciliation audits (Great Expectations)")
-    commands = audit.add_subparsers(dest="audit_command", required=True, parser_class=_OneLineParser)
+    commands = audit.add_subparsers(dest="audit_command", required=True, parser_class=OneLineParser)
     run = commands.add_parser("run", help="audit one interval: suites, reconciliation, audit table, Data Docs")
     run.add_argument("--pipeline", required=True)
     run.add_argument("--start", required=True, help="ISO-8601, inclusive (no offset: UTC)")
@@ -45,15 +45,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
-    from tidewater.batch.cli import _pipeline
     from tidewater.batch.interval import Interval
-    from tidewater.lake.layout import PipelineLayout
     from tidewater.lake.tables import check_lake_root
+    from tidewater.pipelines.layout import PipelineLayout
     from tidewater.quality import suites
     from tidewater.quality.audit import AuditFailedError, AuditRequest, run_audit
     from tidewater.spark import build_session
 
-    pipeline = _pipeline(args.pipeline)
+    pipeline = pipeline_option(args.pipeline)
     request = AuditRequest(
         pipeline=pipeline,
         interval=Interval.parse(args.start, args.end),

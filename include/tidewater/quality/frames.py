@@ -19,11 +19,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from tidewater.batch import sources
-from tidewater.batch.interval import Interval, parse_duration
+from tidewater.batch.interval import Interval
 from tidewater.batch.predicates import Selection
-from tidewater.lake.layout import PipelineLayout
 from tidewater.lake.reads import read_table
+from tidewater.pipelines.layout import PipelineLayout
 from tidewater.quality.suites import lead_columns
+from tidewater.times import parse_duration
 
 
 @dataclass

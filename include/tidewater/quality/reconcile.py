@@ -22,7 +22,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from tidewater.batch import sources
-from tidewater.lake.layout import PipelineLayout
+from tidewater.pipelines.layout import PipelineLayout
 from tidewater.quality import frames as fr
 
 _LINEAGE = ("kafka_topic", "kafka_partition", "kafka_offset")

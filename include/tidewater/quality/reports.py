@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 
-from tidewater.lake.layout import PipelineLayout
 from tidewater.lake.storage import filesystem, join
+from tidewater.pipelines.layout import PipelineLayout
 
 _KEEP_IMAGES = ("favicon.ico", "short-logo.png", "short-logo-vector.svg", "validation_failed_unexpected_values.gif")
 

@@ -24,9 +24,9 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from tidewater.config import Settings
 from tidewater.errors import ConfigError
-from tidewater.lake.layout import PipelineLayout
 from tidewater.lake.storage import storage_options
 from tidewater.pipelines import all_pipelines
+from tidewater.pipelines.layout import PipelineLayout
 
 log = logging.getLogger(__name__)
 

@@ -31,9 +31,9 @@ from tidewater.config import Settings
 from tidewater.connectors.kafka_client import KafkaPythonClient
 from tidewater.connectors.kafka_source import source_options
 from tidewater.errors import TidewaterError, one_line
-from tidewater.lake.layout import PipelineLayout
 from tidewater.lake.tables import LakeTable, check_lake_root
 from tidewater.pipelines.base import Pipeline
+from tidewater.pipelines.layout import PipelineLayout
 from tidewater.streaming.checkpoint import Checkpoint, claim
 from tidewater.streaming.progress import ProgressRecorder
 from tidewater.streaming.writers import BronzeSilverWriter, GoldWriter, SilverWriter

@@ -16,13 +16,12 @@ import logging
 import pyarrow as pa
 from pyspark.sql import DataFrame
 
-from tidewater import dedup
+from tidewater import dedup, faults
 from tidewater.errors import TidewaterError, one_line
 from tidewater.lake import writes
 from tidewater.lake.locks import TableLock, holding
 from tidewater.lake.tables import LakeTable
 from tidewater.pipelines.base import GoldTable, Pipeline
-from tidewater.streaming import faults
 
 log = logging.getLogger(__name__)
 

@@ -16,10 +16,10 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from tidewater.config import Settings
-from tidewater.lake.layout import PipelineLayout
 from tidewater.lake.storage import filesystem
 from tidewater.lake.tables import LakeTable
 from tidewater.pipelines import all_pipelines
+from tidewater.pipelines.layout import PipelineLayout
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -50,12 +49,13 @@ from deltalake.transaction import CommitProperties
 from tidewater.config import Settings
 from tidewater.errors import ConfigError, LakePathError, TidewaterError
 from tidewater.lake.files import partition_value_text
-from tidewater.lake.layout import PipelineLayout
 from tidewater.lake.locks import TableLock
 from tidewater.lake.storage import filesystem
 from tidewater.lake.tables import LakeTable
 from tidewater.pipelines import get_pipeline
 from tidewater.pipelines.base import Pipeline
+from tidewater.pipelines.layout import PipelineLayout
+from tidewater.times import parse_duration
 
 log = logging.getLogger(__name__)
 
@@ -135,30 +135,16 @@ def _target(layout: PipelineLayout, table: str) -> tuple[LakeTable, TableLock]:
 
 # ---- retention -------------------------------------------------------------------------------------
 
-_DURATION = re.compile(r"^\s*(?:interval\s+)?(\d+(?:\.\d+)?)\s*([a-z]+?)s?\s*$", re.IGNORECASE)
-_UNIT_SECONDS = {
-    "nanosecond": 1e-9,
-    "microsecond": 1e-6,
-    "millisecond": 1e-3,
-    "second": 1,
-    "minute": 60,
-    "hour": 3600,
-    "day": 86400,
-    "week": 604800,
-}
-
 
 def configured_retention(table: DeltaTable) -> timedelta:
     """The table's ``delta.deletedFileRetentionDuration`` (``interval 7 days``), or Delta's default."""
     raw = table.metadata().configuration.get("delta.deletedFileRetentionDuration")
     if not raw:
         return DEFAULT_DELETED_FILE_RETENTION
-    match = _DURATION.match(raw)
-    unit = match.group(2).lower() if match else ""
-    if not match or unit not in _UNIT_SECONDS:
-        # Unreadable: assume Delta's default rather than guessing lower and deleting too much.
+    try:
+        return parse_duration(raw)
+    except ConfigError:  # unreadable: assume Delta's default rather than guessing lower and deleting too much
         return DEFAULT_DELETED_FILE_RETENTION
-    return timedelta(seconds=float(match.group(1)) * _UNIT_SECONDS[unit])
 
 
 def check_retention(uri: str, retention_hours: int, configured: timedelta, *, allow_short: bool) -> str:

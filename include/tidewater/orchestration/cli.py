@@ -1,0 +1,145 @@
+"""``tidewater platform``, ``tidewater stop`` and ``tidewater streams``: the platform's lifecycle."""
+
+from __future__ import annotations
+
+import argparse
+
+from tidewater.config import Settings
+from tidewater.errors import TidewaterError
+from tidewater.processes import StopOnSignal
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    platform = sub.add_parser("platform", help="run broker, generator, Airflow and the streams until Ctrl-C")
+    platform.add_argument("--rate", type=float, default=500.0, help="generated events per second (0: none)")
+    platform.add_argument("--seed", type=int, default=42)
+    platform.add_argument("--report-seconds", type=float, default=10.0, help="how often to print table counts")
+    platform.add_argument(
+        "--durable-broker",
+        action="store_true",
+        help="keep the embedded broker's log on the embedded S3 server (<state dir>/broker): a new run resumes "
+        "the last one instead of archiving it (tansu 0.6.0 reads slower as its log grows: see the README)",
+    )
+    platform.set_defaults(func=cmd_platform)
+
+    stop = sub.add_parser("stop", help="stop the platform running from this state folder")
+    stop.add_argument("--timeout", type=float, default=180.0)
+    stop.set_defaults(func=cmd_stop)
+
+    streams = sub.add_parser("streams", help="health of each pipeline's supervised stream (or stop them)")
+    streams.add_argument("action", nargs="?", choices=("status", "stop"), default="status")
+    streams.add_argument("--namespace", default=None)
+    streams.set_defaults(func=cmd_streams)
+
+
+def cmd_platform(args: argparse.Namespace, settings: Settings) -> int:
+    """Broker, generator, Airflow (which starts and supervises the streams) until Ctrl-C or ``tidewater stop``."""
+    from tidewater.broker import DurableBroker, EmbeddedBroker
+    from tidewater.orchestration.airflow_env import passwords_file
+    from tidewater.orchestration.airflow_local import LocalAirflow
+    from tidewater.orchestration.platform import PlatformState, StreamReporter, start_generator
+    from tidewater.pipelines import all_pipelines
+
+    state = PlatformState(settings)
+    state.claim()  # one platform per state folder
+    stopper = StopOnSignal().install()
+    broker: EmbeddedBroker | DurableBroker | None = None
+    airflow: LocalAirflow | None = None
+    generator = None
+    try:
+        if not settings.kafka_bootstrap_servers:
+            for orphan in state.stop_orphans():
+                print(f"tidewater: stopped {orphan} left running by a platform that was killed", flush=True)
+            if not args.durable_broker:
+                archived = state.resume_or_archive(None)
+                if archived:
+                    print(
+                        f"tidewater: the in-memory broker keeps no data between runs: moved the last run's lake "
+                        f"and checkpoints to {archived}",
+                        flush=True,
+                    )
+                broker = EmbeddedBroker(port=settings.embedded_broker_port, log_path=state.log_dir / "broker.log")
+                broker.start()
+                state.record(broker_pid=broker.process.pid if broker.process else None, s3_server_pid=None)
+                kind = "in-memory"
+            else:
+                broker = DurableBroker(state.broker_dir, port=settings.embedded_broker_port, log_dir=state.log_dir)
+                broker.start()
+                state.record(broker_pid=broker.pids["broker"], s3_server_pid=broker.pids["s3_server"])
+                archived = state.resume_or_archive(broker.identity)
+                if archived:
+                    print(
+                        f"tidewater: the broker's log in {state.broker_dir} is not the one the last run's streams "
+                        f"read (new or deleted): moved the last run's lake and checkpoints to {archived}",
+                        flush=True,
+                    )
+                kind = f"durable: log on the local S3 server {broker.s3.endpoint_url}, data in {state.broker_dir}"
+            settings = settings.replace(kafka_bootstrap_servers=broker.bootstrap_servers)
+            print(f"tidewater: embedded Kafka broker (tansu, {kind}) on {broker.bootstrap_servers}", flush=True)
+        settings = settings.replace(batch_start_date=settings.batch_start_date or state.first_start_hour())
+        from tidewater.generator.producer import ensure_topic
+
+        for pipeline in all_pipelines().values():
+            ensure_topic(settings, settings.topic(pipeline.topic), settings.kafka_topic_partitions)
+        if args.rate > 0:
+            generator = start_generator(settings, rate=args.rate, seed=args.seed, stop=stopper.event)
+            print(f"tidewater: generator producing ~{args.rate:g} RSVP events/s", flush=True)
+
+        print("tidewater: starting Airflow (api-server, scheduler, dag-processor, triggerer)...", flush=True)
+        airflow = LocalAirflow(settings)
+        state.record(airflow_url=airflow.url)
+        airflow.start()
+        state.record(airflow_pids={name: p.pid for name, p in airflow.processes.items()})
+        print(f"tidewater: Airflow UI at {airflow.url}  (user admin)", flush=True)
+        if airflow.secrets.created:
+            print(f"tidewater: admin password (shown once): {airflow.secrets.admin_password}", flush=True)
+        print(f"tidewater: admin password kept in {passwords_file(settings)}", flush=True)
+        print("tidewater: the supervising DAG starts each pipeline's stream within a minute or two", flush=True)
+        print(f"tidewater: lake at {settings.lake_uri}/{settings.namespace}/", flush=True)
+        print("tidewater: Ctrl-C (or ./tw stop) stops everything this command started", flush=True)
+
+        reporter = StreamReporter(settings)
+        while not stopper.event.wait(args.report_seconds):
+            if generator is not None and generator.error:
+                raise TidewaterError(f"generator failed: {generator.error}")
+            for name, process in airflow.processes.items():
+                if process.poll() is not None:
+                    raise TidewaterError(f"airflow {name} exited with code {process.returncode}: see {airflow.log_dir}")
+            print(reporter.report(), flush=True)
+        print("tidewater: stopping", flush=True)
+        return 0
+    finally:
+        stopper.event.set()
+        if airflow is not None:
+            airflow.stop()  # first, so nothing restarts the streams while they stop
+        from tidewater.orchestration.platform import stop_streams
+
+        stop_streams(settings)
+        if generator is not None:
+            generator.join(timeout=10)
+        if broker is not None:
+            broker.stop()
+            state.record(broker_pid=None, s3_server_pid=None)
+        state.release()
+
+
+def cmd_stop(args: argparse.Namespace, settings: Settings) -> int:
+    from tidewater.orchestration.platform import PlatformState
+
+    pid = PlatformState(settings).signal_stop(timeout_s=args.timeout)
+    print(f"tidewater: platform (pid {pid}) stopped" if pid else "tidewater: no platform is running here")
+    return 0
+
+
+def cmd_streams(args: argparse.Namespace, settings: Settings) -> int:
+    from tidewater.orchestration.supervisor import StreamControl
+    from tidewater.pipelines import all_pipelines
+
+    for name in sorted(all_pipelines()):
+        control = StreamControl(settings, name, args.namespace)
+        if args.action == "stop":
+            control.set_desired("stopped", by="tidewater streams stop")
+            print(control.stop(reason="tidewater streams stop").summary())
+        else:
+            print(control.health().summary())
+    return 0

@@ -1,0 +1,48 @@
+"""``tidewater stream PIPELINE``: run a pipeline's streaming queries (what spark_jobs/stream.py calls)."""
+
+from __future__ import annotations
+
+import argparse
+
+from tidewater.config import Settings
+from tidewater.errors import ConfigError
+from tidewater.processes import StopOnSignal
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    stream = sub.add_parser("stream", help="run a pipeline's streaming queries")
+    stream.add_argument("pipeline")
+    stream.add_argument("--namespace", default=None, help="lake namespace (default: TIDEWATER_NAMESPACE or live)")
+    stream.add_argument(
+        "--available-now", action="store_true", help="process what is available, tier by tier, then exit"
+    )
+    stream.add_argument("--trigger-seconds", type=float, default=None)
+    stream.set_defaults(func=cmd_stream)
+
+
+def cmd_stream(args: argparse.Namespace, settings: Settings) -> int:
+    from tidewater.pipelines import get_pipeline
+    from tidewater.spark import build_session
+    from tidewater.streaming.runner import PipelineStreams
+
+    if not settings.kafka_bootstrap_servers:
+        raise ConfigError(
+            "set TIDEWATER_KAFKA_BOOTSTRAP_SERVERS (the platform command sets it for the embedded broker)"
+        )
+    pipeline = get_pipeline(args.pipeline)
+    stopper = StopOnSignal().install()
+    streams = PipelineStreams(settings, pipeline, namespace=args.namespace)
+    spark = None
+    try:
+        streams.preflight()  # one-line errors before a JVM starts
+        spark = build_session(settings, f"tidewater-stream-{pipeline.name}")
+        if args.available_now:
+            streams.run_available_now(spark)
+        else:
+            print(f"tidewater: streaming {pipeline.name} ({', '.join(t.query for t in streams.tiers)})", flush=True)
+            streams.run_forever(spark, stopper.event, trigger_seconds=args.trigger_seconds)
+    finally:
+        streams.close()  # stops queries, releases checkpoint leases
+        if spark is not None:
+            spark.stop()
+    return 0

@@ -1,0 +1,79 @@
+"""The streaming job as a child process: launching spark_jobs/stream.py, and reading why it ended.
+
+The supervisor (orchestration), the chaos tests and the benchmarks all start the stream this way,
+so the job always runs in a session of its own (stoppable as a group, targetable by fault
+injection) with the same Spark environment.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from tidewater import faults
+from tidewater.config import Settings
+from tidewater.paths import spark_job
+from tidewater.processes import spark_child_env
+
+
+def launch_stream_job(
+    settings: Settings,
+    pipeline: str,
+    log_path: Path,
+    *,
+    extra_args: Sequence[str] = (),
+    extra_env: dict[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
+    """spark-submit the streaming job in its own process group (so it can be stopped as a whole)."""
+    spark_submit = Path(sys.executable).parent / "spark-submit"
+    command = [
+        str(spark_submit),
+        "--master",
+        settings.spark_master,
+        "--driver-memory",
+        settings.spark_driver_memory,
+        "--conf",
+        "spark.driver.host=127.0.0.1",
+        str(spark_job("stream")),
+        pipeline,
+        *extra_args,
+    ]
+    with open(log_path, "ab") as log_file:
+        return subprocess.Popen(
+            command,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            # The child's environment only: the caller's (a test process, an Airflow task) stays as it was.
+            # A new session holds exactly this job, so fault injection may target it as a whole.
+            env={
+                **os.environ,
+                **spark_child_env(),
+                **settings.to_env(),
+                faults.DRIVER_PGID: "session",
+                **(extra_env or {}),
+            },
+            start_new_session=True,
+        )
+
+
+def last_error_line(log_path: Path) -> str:
+    """The last one-line error a tidewater process printed to ``log_path`` (``tidewater: <Kind>Error: ...``)."""
+    try:
+        lines = log_path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "no log"
+    for line in reversed(lines):
+        if _ERROR_LINE.match(line):
+            return line.removeprefix("tidewater: ")
+    return "no error reported (killed by a signal, or out of memory?)"
+
+
+_ERROR_LINE = re.compile(r"^tidewater: [A-Z]\w*(Error|Exception|Failure|Exit)\b")
+
+
+_ERROR_LINE = re.compile(r"^tidewater: [A-Z]\w*(Error|Exception|Failure|Exit)\b")
