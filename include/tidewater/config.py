@@ -243,6 +243,12 @@ class Settings:
     kafka_topic_prefix: str = setting("", Pattern(r"[A-Za-z0-9._-]{0,200}", "letters, digits, '.', '_' and '-' only"))
     embedded_broker_port: int = setting(0, Range(ge=0, le=65535))  # 0 = pick a free port
 
+    # Pipelines declared outside tidewater.pipelines: comma-separated module names (importable) or
+    # paths of .py files, each defining PIPELINE. Children (spark-submit jobs, Airflow) inherit it.
+    pipeline_modules: str = setting(
+        "", Pattern(r"(\s*[\w./-]+\s*(,\s*[\w./-]+\s*)*)?", "comma-separated module names or .py file paths")
+    )
+
     # Lake: file:///abs/path or s3://bucket/prefix. Empty means <state_dir>/lake.
     lake_root: str = setting("", Text())
     # Sandbox replays write to another namespace.

@@ -1,33 +1,71 @@
-"""Pipeline registry: every module in this package that defines ``PIPELINE`` is a pipeline.
+"""Pipeline registry: every module in this package that defines ``PIPELINE`` is a pipeline, and so is
+every module named by the ``TIDEWATER_PIPELINE_MODULES`` setting (a module name or a .py path).
 
-Adding a pipeline means adding one module here; nothing else is edited.
+Adding a pipeline means adding one module here (or naming one there); nothing else is edited.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import pkgutil
+import sys
 from functools import cache
+from pathlib import Path
+from types import ModuleType
 
+from tidewater.config import Settings
 from tidewater.errors import ConfigError, PipelineError
 from tidewater.pipelines.base import GoldTable, Pipeline
 
 __all__ = ["GoldTable", "Pipeline", "all_pipelines", "get_pipeline", "pipeline_option"]
 
+_NOT_PIPELINES = {"base", "cli", "contract", "layout"}
+
+
+def all_pipelines() -> dict[str, Pipeline]:
+    """Every declared pipeline by name: this package's modules, then the configured extra modules."""
+    return _discover(Settings.from_env().pipeline_modules)
+
 
 @cache
-def all_pipelines() -> dict[str, Pipeline]:
+def _discover(extra_modules: str) -> dict[str, Pipeline]:
+    modules = [
+        importlib.import_module(f"{__name__}.{info.name}")
+        for info in pkgutil.iter_modules(__path__)
+        if info.name not in _NOT_PIPELINES
+    ]
+    modules += [_load(spec.strip()) for spec in extra_modules.split(",") if spec.strip()]
     found: dict[str, Pipeline] = {}
-    for module_info in pkgutil.iter_modules(__path__):
-        if module_info.name == "base":
-            continue
-        module = importlib.import_module(f"{__name__}.{module_info.name}")
+    for module in modules:
         pipeline = getattr(module, "PIPELINE", None)
         if isinstance(pipeline, Pipeline):
             if pipeline.name in found:
                 raise PipelineError(f"two modules declare pipeline {pipeline.name!r}")
             found[pipeline.name] = pipeline
+        elif module.__name__.split(".")[0] != __name__.split(".")[0]:
+            raise ConfigError(f"TIDEWATER_PIPELINE_MODULES: {module.__name__} defines no PIPELINE = Pipeline(...)")
     return found
+
+
+def _load(spec: str) -> ModuleType:
+    """A module by name, or a .py file by path (loaded under its file name, once per process)."""
+    try:
+        if not spec.endswith(".py"):
+            return importlib.import_module(spec)
+        path = Path(spec).resolve()
+        name = f"tidewater_pipeline_{path.stem}"
+        if name in sys.modules:
+            return sys.modules[name]
+        loader = importlib.util.spec_from_file_location(name, path)
+        if loader is None or loader.loader is None or not path.is_file():
+            raise FileNotFoundError(spec)
+        module = importlib.util.module_from_spec(loader)
+        sys.modules[name] = module
+        loader.loader.exec_module(module)
+        return module
+    except (ImportError, FileNotFoundError) as exc:
+        raise ConfigError(f"TIDEWATER_PIPELINE_MODULES: cannot load {spec!r} ({exc})") from None
 
 
 def get_pipeline(name: str) -> Pipeline:

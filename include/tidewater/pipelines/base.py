@@ -80,6 +80,12 @@ class Pipeline:
     strict_json: bool = True
     # the silver (and gold) column a replay may be restricted to, e.g. one venue
     entity_column: str | None = None
+    # (producer column, sequence column) when each producer numbers its records 0, 1, 2, ...: the
+    # reconciliation audit then reports the gaps (records lost upstream of Kafka). None: no such check.
+    sequence: tuple[str, str] | None = None
+    # Folder of the committed expectation suites (<suites_dir>/<name>/*.json). Empty: the platform's
+    # own (tidewater/quality/suites); a pipeline declared outside the package keeps its suites beside it.
+    suites_dir: str = ""
     quality: Quality = field(default_factory=Quality)
 
     @property

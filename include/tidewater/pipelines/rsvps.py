@@ -118,6 +118,7 @@ PIPELINE = Pipeline(
     watermark=WATERMARK,
     clock_skew_tolerance=CLOCK_SKEW_TOLERANCE,
     entity_column="venue_id",
+    sequence=("producer_id", "seq_no"),
     quality=Quality(
         rows_per_hour=(1, None),
         tolerated_invalid_fraction=0.01,

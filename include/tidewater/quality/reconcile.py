@@ -7,9 +7,10 @@
   (topic, partition, offset): kept in silver, or a re-send of an event silver holds from another
   record, or quarantined. What is none of these was lost between bronze and silver; a quarantine
   row without a rejected record (or a rejected record without its row) is counted too.
-* **sequence gaps**: per producer, seq_no values missing between the lowest and highest of the
-  interval's first copies: records lost upstream of Kafka (or unreadable ones: records whose
-  producer_id/seq_no did not parse cannot be attributed and are counted beside the gaps).
+* **sequence gaps** (only for a pipeline that declares ``sequence=(producer, seq)``): per producer,
+  sequence numbers missing between the lowest and highest of the interval's first copies: records
+  lost upstream of Kafka (or unreadable ones: records whose producer/sequence did not parse cannot
+  be attributed and are counted beside the gaps).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from tidewater.batch import sources
@@ -32,7 +33,7 @@ _LINEAGE = ("kafka_topic", "kafka_partition", "kafka_offset")
 class Reconciliation:
     counts: dict[str, Any]
     failures: list[str] = field(default_factory=list)
-    checks: int = 4
+    checks: int = 3  # offsets, bronze = silver + duplicates + quarantine, stray rows (+ sequence gaps)
 
     @property
     def success(self) -> bool:
@@ -41,7 +42,7 @@ class Reconciliation:
 
 def reconcile(spark: SparkSession, layout: PipelineLayout, frames: fr.IntervalFrames) -> Reconciliation:
     pipeline = layout.pipeline
-    records = frames.records.select(*_LINEAGE, pipeline.key, "producer_id", "seq_no", "_error")
+    records = frames.records.select(*_LINEAGE, pipeline.key, *(pipeline.sequence or ()), "_error")
     counts: dict[str, Any] = {}
     failures: list[str] = []
 
@@ -107,28 +108,39 @@ def reconcile(spark: SparkSession, layout: PipelineLayout, frames: fr.IntervalFr
     if phantom or stray:
         failures.append(f"{phantom} silver and {stray} quarantine rows point at records bronze does not hold")
 
-    # Per-producer sequence gaps over first copies (a re-send repeats an old seq_no).
-    firsts = records.where(F.col("producer_id").isNotNull() & F.col("seq_no").isNotNull()).join(
+    checks = 3
+    if pipeline.sequence is not None:
+        checks += 1
+        failures += _sequence_gaps(records, resent, pipeline.sequence, counts)
+    return Reconciliation(counts=counts, failures=failures, checks=checks)
+
+
+def _sequence_gaps(
+    records: DataFrame, resent: DataFrame, sequence: tuple[str, str], counts: dict[str, Any]
+) -> list[str]:
+    """Per-producer sequence gaps over first copies (a re-send repeats an old sequence number)."""
+    producer, seq = sequence
+    firsts = records.where(F.col(producer).isNotNull() & F.col(seq).isNotNull()).join(
         resent.select(*_LINEAGE), on=list(_LINEAGE), how="left_anti"
     )
     per_producer = (
-        firsts.groupBy("producer_id")
-        .agg(F.min("seq_no").alias("first"), F.max("seq_no").alias("last"), F.countDistinct("seq_no").alias("seen"))
+        firsts.groupBy(producer)
+        .agg(F.min(seq).alias("first"), F.max(seq).alias("last"), F.countDistinct(seq).alias("seen"))
         .collect()
     )
-    gaps = {r["producer_id"]: int(r["last"] - r["first"] + 1 - r["seen"]) for r in per_producer}
-    unattributed = records.where(F.col("producer_id").isNull() | F.col("seq_no").isNull()).count()
+    gaps = {r[producer]: int(r["last"] - r["first"] + 1 - r["seen"]) for r in per_producer}
+    unattributed = records.where(F.col(producer).isNull() | F.col(seq).isNull()).count()
     counts["seq_gaps"] = {p: g for p, g in sorted(gaps.items()) if g}
-    counts["seq_ranges"] = {r["producer_id"]: [int(r["first"]), int(r["last"])] for r in per_producer}
+    counts["seq_ranges"] = {r[producer]: [int(r["first"]), int(r["last"])] for r in per_producer}
     counts["records_without_producer_seq"] = unattributed
     total_gaps = sum(gaps.values())
-    if total_gaps > unattributed:
-        detail = ", ".join(f"{p}: {g}" for p, g in sorted(gaps.items()) if g)
-        failures.append(
-            f"seq_no gaps: {total_gaps} sequence numbers never reached Kafka ({detail}); "
-            f"only {unattributed} unreadable records could explain them: data lost upstream of Kafka"
-        )
-    return Reconciliation(counts=counts, failures=failures)
+    if total_gaps <= unattributed:
+        return []
+    detail = ", ".join(f"{p}: {g}" for p, g in sorted(gaps.items()) if g)
+    return [
+        f"{seq} gaps: {total_gaps} sequence numbers never reached Kafka ({detail}); "
+        f"only {unattributed} unreadable records could explain them: data lost upstream of Kafka"
+    ]
 
 
 def _bronze_in_spans(

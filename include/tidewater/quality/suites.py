@@ -9,10 +9,10 @@ One suite per audited layer (:data:`LAYERS`):
 * ``silver``: the contract held strictly, column types, ``event_id`` unique, row-count bounds.
 * ``gold/<table>``: window keys unique and present, windows well formed, status and revision valid.
 
-The JSON files under ``quality/suites/<pipeline>/`` are the reviewed contract: the audits load
-them, and ``tidewater audit suites --check`` (run by the tests) fails when a declaration changed
-without them (``--write`` regenerates). Row-count bounds are suite parameters
-(``{"$PARAMETER": "min_rows"}``) because they scale with the audited interval.
+The JSON files under ``quality/suites/<pipeline>/`` (or the declared ``suites_dir``) are the
+reviewed contract: the audits load them, and ``tidewater audit suites --check`` (run by the tests)
+fails when a declaration changed without them (``--write`` regenerates). Row-count bounds are suite
+parameters (``{"$PARAMETER": "min_rows"}``) because they scale with the audited interval.
 """
 
 from __future__ import annotations
@@ -76,15 +76,21 @@ def derive_all(pipeline: Pipeline) -> dict[str, dict[str, Any]]:
 # ---- the committed copies ------------------------------------------------------------------------------
 
 
-def suite_path(pipeline: Pipeline, layer: str, root: Path = SUITES_DIR) -> Path:
-    return root / pipeline.name / f"{layer.replace('/', '.')}.json"
+def suites_root(pipeline: Pipeline) -> Path:
+    """Where a pipeline's committed suites live: beside its declaration when it says so (a pipeline
+    declared outside tidewater.pipelines keeps them in its own folder), else ``quality/suites/``."""
+    return Path(pipeline.suites_dir) if pipeline.suites_dir else SUITES_DIR
+
+
+def suite_path(pipeline: Pipeline, layer: str, root: Path | None = None) -> Path:
+    return (root or suites_root(pipeline)) / pipeline.name / f"{layer.replace('/', '.')}.json"
 
 
 def render(suite: dict[str, Any]) -> str:
     return json.dumps(suite, indent=2, sort_keys=True) + "\n"
 
 
-def write_suites(pipeline: Pipeline, root: Path = SUITES_DIR) -> list[Path]:
+def write_suites(pipeline: Pipeline, root: Path | None = None) -> list[Path]:
     written = []
     for layer, suite in derive_all(pipeline).items():
         path = suite_path(pipeline, layer, root)
@@ -94,7 +100,7 @@ def write_suites(pipeline: Pipeline, root: Path = SUITES_DIR) -> list[Path]:
     return written
 
 
-def stale_suites(pipeline: Pipeline, root: Path = SUITES_DIR) -> Iterator[str]:
+def stale_suites(pipeline: Pipeline, root: Path | None = None) -> Iterator[str]:
     """Why each committed suite differs from the declaration (nothing when all match)."""
     for layer, suite in derive_all(pipeline).items():
         path = suite_path(pipeline, layer, root)
@@ -104,7 +110,7 @@ def stale_suites(pipeline: Pipeline, root: Path = SUITES_DIR) -> Iterator[str]:
             yield f"{path} differs from the {pipeline.name} declaration"
 
 
-def load_suite(pipeline: Pipeline, layer: str, root: Path = SUITES_DIR) -> dict[str, Any]:
+def load_suite(pipeline: Pipeline, layer: str, root: Path | None = None) -> dict[str, Any]:
     """The committed suite; refuses one that no longer matches the declaration (regenerate it)."""
     path = suite_path(pipeline, layer, root)
     if not path.exists():

@@ -1,0 +1,59 @@
+"""The pipeline registry: the package's modules plus the modules TIDEWATER_PIPELINE_MODULES names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tidewater.config import Settings
+from tidewater.errors import ConfigError, PipelineError
+from tidewater.pipelines import _discover, all_pipelines, get_pipeline, pipeline_option
+
+TOY = Path(__file__).resolve().parents[1] / "toy_pipeline" / "toy.py"
+
+
+def test_the_package_pipelines_alone_by_default(monkeypatch):
+    monkeypatch.delenv("TIDEWATER_PIPELINE_MODULES", raising=False)
+    assert "rsvps" in all_pipelines() and "toy" not in all_pipelines()
+    with pytest.raises(PipelineError, match=r"unknown pipeline 'toy'; known: .*rsvps"):
+        get_pipeline("toy")
+    with pytest.raises(ConfigError, match=r"^--pipeline: unknown pipeline 'toy'"):
+        pipeline_option("toy")
+
+
+def test_a_file_path_registers_its_pipeline(monkeypatch):
+    monkeypatch.setenv("TIDEWATER_PIPELINE_MODULES", f" {TOY} ")
+    assert get_pipeline("toy").topic == "toy-readings"
+    assert set(all_pipelines()) >= {"rsvps", "toy"}
+
+
+def test_a_module_name_registers_its_pipeline(monkeypatch):
+    monkeypatch.syspath_prepend(str(TOY.parent))
+    monkeypatch.setenv("TIDEWATER_PIPELINE_MODULES", "toy")
+    assert get_pipeline("toy").name == "toy"
+
+
+def test_unloadable_or_empty_modules_are_one_line_errors(tmp_path):
+    with pytest.raises(ConfigError, match=r"cannot load '.*missing\.py'"):
+        _discover(str(tmp_path / "missing.py"))
+    with pytest.raises(ConfigError, match="cannot load 'no_such_module_xyz'"):
+        _discover("no_such_module_xyz")
+    empty = tmp_path / "empty_pipeline.py"
+    empty.write_text("X = 1\n")
+    with pytest.raises(ConfigError, match="defines no PIPELINE"):
+        _discover(str(empty))
+
+
+def test_two_declarations_of_one_name_are_refused(tmp_path):
+    twin = tmp_path / "twin.py"
+    twin.write_text(
+        "import importlib.util, sys\nfrom tidewater.pipelines import get_pipeline\nPIPELINE = get_pipeline('rsvps')\n"
+    )
+    with pytest.raises(PipelineError, match="two modules declare pipeline 'rsvps'"):
+        _discover(str(twin))
+
+
+def test_the_setting_is_checked():
+    with pytest.raises(ConfigError, match="TIDEWATER_PIPELINE_MODULES"):
+        Settings.from_env({"TIDEWATER_PIPELINE_MODULES": "a b;c"})
