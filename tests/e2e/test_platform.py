@@ -235,7 +235,7 @@ def supervise_now(airflow: LocalAirflow) -> str:
         try:
             return airflow.request("POST", "/api/v2/dags/tidewater_supervise_streams/dagRuns", {"logical_date": None})
         except AirflowError as exc:
-            if "HTTP 404" in str(exc):  # the DAG processor has not parsed it yet
+            if "HTTP 404" in str(exc) or "HTTP 5" in str(exc):  # not parsed yet, or the metadata DB was busy
                 return None
             raise
 
