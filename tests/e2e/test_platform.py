@@ -70,6 +70,8 @@ def test_platform_end_to_end(spark, tmp_path: Path):
     # At least one finished hour to catch up on and backfill (two if the clock passes an hour meanwhile).
     batch_start = dt.datetime.now(dt.UTC).replace(minute=0, second=0, microsecond=0) - dt.timedelta(hours=1)
     env["TIDEWATER_BATCH_START_DATE"] = batch_start.isoformat()
+    # No settling time: within five minutes past the hour the catch-up run would wait that long.
+    env["TIDEWATER_BATCH_SETTLE_MINUTES"] = "0"
     with open(log, "wb") as out:
         platform = subprocess.Popen(
             [str(BIN / "tidewater"), "platform", "--rate", "60", "--report-seconds", "15"],
