@@ -3,7 +3,8 @@
 It proves that a pipeline is a declaration: the platform's stream, batch recompute, replay,
 late-data correction, audits, SQL catalog and DAGs pick it up from ``TIDEWATER_PIPELINE_MODULES``
 (this file's path) with no edit anywhere in the library. Its committed expectation suites live
-beside it, in ``suites/toy/``.
+beside it, in ``suites/toy/``; its sample events (:data:`SAMPLE_EVENTS`) feed ``tidewater generate
+--pipeline toy`` and the platform.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pyspark.sql.types import DoubleType, StringType, StructField, StructType, T
 
 from tidewater.pipelines.base import GoldTable, Pipeline
 from tidewater.pipelines.contract import Between, NotAfterArrival, Quality, Required
+from tidewater.pipelines.samples import EventContext, Payload, SampleEvents, set_field, truncated_json
 from tidewater.transforms import windowed_counts
 
 PAYLOAD = StructType(
@@ -44,6 +46,20 @@ def per_meter_minute(silver: DataFrame) -> DataFrame:
     )
 
 
+def sample_reading(rng: random.Random, context: EventContext) -> tuple[bytes, Payload]:
+    """One valid reading of meter m-0..m-3, 0..5 kWh, keyed by its meter."""
+    meter = f"m-{rng.randrange(4)}"
+    kwh = round(rng.uniform(0, 5), 3)
+    payload = {"reading_id": context.event_id, "read_at": context.event_time, "meter": meter, "kwh": kwh}
+    return meter.encode(), payload
+
+
+SAMPLE_EVENTS = SampleEvents(
+    make=sample_reading,
+    malformations={"negative_kwh": set_field("kwh", -1.0), "truncated_json": truncated_json},
+)
+
+
 PIPELINE = Pipeline(
     name="toy",
     description="Meter readings (a test-only pipeline)",
@@ -64,6 +80,7 @@ PIPELINE = Pipeline(
     entity_column="meter",
     quality=Quality(rows_per_hour=(1, None), tolerated_invalid_fraction=0.2, tolerated_duplicate_fraction=0.2),
     suites_dir=str(Path(__file__).parent / "suites"),
+    sample_events=SAMPLE_EVENTS,
     gold=(
         GoldTable(
             name="per_meter_minute",

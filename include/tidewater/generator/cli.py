@@ -1,7 +1,8 @@
 """``tidewater generate``: the event generator on the command line.
 
 :func:`add_arguments` and :func:`run` are wired into the top-level ``tidewater`` command; :func:`main`
-runs the generator on its own (``python -m tidewater.generator.cli``). Every knob of
+runs the generator on its own (``python -m tidewater.generator.cli``). It produces the sample events
+the pipeline named by ``--pipeline`` declares (default: rsvps) to that pipeline's topic. Every knob of
 :class:`~tidewater.generator.events.GeneratorConfig` has a flag, so a demo or a load test is
 reproducible from its command line alone.
 """
@@ -21,8 +22,9 @@ from typing import TextIO
 
 from tidewater.config import Settings
 from tidewater.errors import ConfigError, TidewaterError, one_line
-from tidewater.generator.events import DELAY_DISTRIBUTIONS, GeneratorConfig, parse_ts
+from tidewater.generator.events import DELAY_DISTRIBUTIONS, GeneratorConfig, SampleEvents, parse_ts
 from tidewater.generator.producer import ProduceError, ProduceReport, ensure_topic, produce
+from tidewater.pipelines import Pipeline, pipeline_option
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(GeneratorConfig)}
 NON_TTY_PROGRESS_EVERY_S = 5.0
@@ -50,16 +52,23 @@ def _start_time(text: str) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    generate = sub.add_parser("generate", help="produce RSVP events")
+    generate = sub.add_parser("generate", help="produce a pipeline's sample events (default: rsvps)")
     add_arguments(generate)
     generate.set_defaults(func=lambda a, s: run(a, s))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags for the topic, the run length and every generator knob."""
+    """Flags for the pipeline and topic, the run length and every generator knob."""
     d = _DEFAULTS
     run = parser.add_argument_group("run")
-    run.add_argument("--topic", default="rsvps", help="Kafka topic (created if missing; default: %(default)s)")
+    run.add_argument(
+        "--pipeline", default="rsvps", help="the pipeline whose sample events to produce (default: %(default)s)"
+    )
+    run.add_argument(
+        "--topic",
+        default=None,
+        help="Kafka topic (created if missing; default: the pipeline's, with TIDEWATER_KAFKA_TOPIC_PREFIX)",
+    )
     run.add_argument(
         "--partitions",
         type=int,
@@ -84,8 +93,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=d["producers"],
         help="logical producers, each with its own seq_no (default: %(default)s)",
     )
-    gen.add_argument("--venues", type=int, default=d["venues"], help="venue pool size (default: %(default)s)")
-    gen.add_argument("--members", type=int, default=d["members"], help="member pool size (default: %(default)s)")
+    gen.add_argument("--venues", type=int, default=d["venues"], help="venue pool size, rsvps (default: %(default)s)")
+    gen.add_argument("--members", type=int, default=d["members"], help="member pool size, rsvps (default: %(default)s)")
     gen.add_argument(
         "--start-time", type=_start_time, default=None, help="simulated start, epoch ms or ISO-8601 (default: now)"
     )
@@ -189,6 +198,16 @@ def config_from_args(args: argparse.Namespace) -> GeneratorConfig:
     )
 
 
+def sample_events_of(pipeline: Pipeline) -> SampleEvents:
+    """The pipeline's declared sample events; a pipeline without them is a usage error (one line)."""
+    if pipeline.sample_events is None:
+        raise ConfigError(
+            f"--pipeline {pipeline.name}: the pipeline declares no sample events "
+            "(add sample_events=SampleEvents(...) to its Pipeline)"
+        )
+    return pipeline.sample_events
+
+
 def progress_line(report: ProduceReport) -> str:
     kinds = " ".join(f"{_SHORT_KIND.get(k, k)} {v:,}" for k, v in report.by_kind.items())
     return f"sent {report.sent:,}  {report.rate:,.0f}/s  {kinds}  errors {report.errors}"
@@ -255,29 +274,33 @@ def run(args: argparse.Namespace, settings: Settings, *, out: TextIO | None = No
         raise ConfigError(f"--count {args.count} must be >= 0")
     if args.duration is not None and args.duration < 0:
         raise ConfigError(f"--duration {args.duration} must be >= 0")
+    pipeline = pipeline_option(args.pipeline)
+    events = sample_events_of(pipeline)
+    topic = args.topic or settings.topic(pipeline.topic)
     config = config_from_args(args)
     partitions = args.partitions or settings.kafka_topic_partitions
     stop = threading.Event()
     display = ProgressDisplay(out)
     with _stop_on_signals(stop) as received:
-        ensure_topic(settings, args.topic, partitions)
+        ensure_topic(settings, topic, partitions)
         try:
             report = produce(
                 settings,
-                args.topic,
+                topic,
                 config,
                 count=args.count,
                 duration_s=args.duration,
                 progress=display,
                 realtime=not args.as_fast_as_possible,
                 stop=stop,
+                events=events,
             )
         except ProduceError as exc:
             display.finish()
-            out.write(f"generator: {exc.report.summary()} to topic {args.topic}\n")
+            out.write(f"generator: {exc.report.summary()} to topic {topic}\n")
             raise
         display.finish()
-    out.write(f"generator: {report.summary()} to topic {args.topic}\n")
+    out.write(f"generator: {report.summary()} to topic {topic}\n")
     out.flush()
     if "signal" in received:
         return 128 + received["signal"]
@@ -286,7 +309,7 @@ def run(args: argparse.Namespace, settings: Settings, *, out: TextIO | None = No
 
 def main(argv: list[str] | None = None) -> int:
     """Stand-alone entry point: settings from the environment, errors as one line on stderr."""
-    parser = argparse.ArgumentParser(prog="tidewater generate", description="Produce Meetup RSVP events.")
+    parser = argparse.ArgumentParser(prog="tidewater generate", description="Produce a pipeline's sample events.")
     add_arguments(parser)
     args = parser.parse_args(argv)
     try:

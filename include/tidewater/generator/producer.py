@@ -1,4 +1,5 @@
-"""Send generated RSVP records to Kafka: topic creation, pacing, delivery accounting, progress.
+"""Send generated records (a pipeline's sample events, RSVPs by default) to Kafka: topic creation,
+pacing, delivery accounting, progress.
 
 Delivery is ``acks=all`` with the idempotent producer, so broker-side retries never add
 duplicates of their own: every duplicate in the topic is one the generator injected on purpose
@@ -32,7 +33,7 @@ from kafka.admin import NewTopic
 
 from tidewater.config import Settings
 from tidewater.errors import BrokerUnreachableError, ConfigError, TidewaterError, TopicNotFoundError
-from tidewater.generator.events import KINDS, GeneratedRecord, GeneratorConfig, generate, rate_at
+from tidewater.generator.events import KINDS, GeneratedRecord, GeneratorConfig, SampleEvents, generate, rate_at
 
 log = logging.getLogger(__name__)
 
@@ -236,8 +237,11 @@ def produce(
     progress: Callable[[ProduceReport], None] | None = None,
     realtime: bool = True,
     stop: threading.Event | None = None,
+    events: SampleEvents | None = None,
 ) -> ProduceReport:
     """Generate and send records until ``count`` records, ``duration_s`` seconds or ``stop``.
+
+    ``events`` are the sample events of the topic's pipeline (None: RSVPs).
 
     ``realtime=True`` paces sends to the configured rate (bursts included) with a token bucket;
     the simulated schedule starts at the wall clock, so payload times track real send times (as
@@ -272,7 +276,7 @@ def produce(
         return report
 
     try:
-        for record in generate(config, count):
+        for record in generate(config, count, events):
             now = time.monotonic()
             if stop.is_set() or (duration_s is not None and now - started >= duration_s):
                 break

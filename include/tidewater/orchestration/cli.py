@@ -11,7 +11,7 @@ from tidewater.processes import StopOnSignal
 
 def register(sub: argparse._SubParsersAction) -> None:
     platform = sub.add_parser("platform", help="run broker, generator, Airflow and the streams until Ctrl-C")
-    platform.add_argument("--rate", type=float, default=500.0, help="generated events per second (0: none)")
+    platform.add_argument("--rate", type=float, default=500.0, help="generated events/s per pipeline (0: none)")
     platform.add_argument("--seed", type=int, default=42)
     platform.add_argument("--report-seconds", type=float, default=10.0, help="how often to print table counts")
     platform.add_argument(
@@ -83,7 +83,8 @@ def cmd_platform(args: argparse.Namespace, settings: Settings) -> int:
             ensure_topic(settings, settings.topic(pipeline.topic), settings.kafka_topic_partitions)
         if args.rate > 0:
             generator = start_generator(settings, rate=args.rate, seed=args.seed, stop=stopper.event)
-            print(f"tidewater: generator producing ~{args.rate:g} RSVP events/s", flush=True)
+            fed = ", ".join(generator.pipelines) or "none (no pipeline declares sample events)"
+            print(f"tidewater: generator producing ~{args.rate:g} events/s to each pipeline: {fed}", flush=True)
 
         print("tidewater: starting Airflow (api-server, scheduler, dag-processor, triggerer)...", flush=True)
         airflow = LocalAirflow(settings)

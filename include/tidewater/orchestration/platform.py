@@ -1,4 +1,4 @@
-"""Pieces of ``tidewater platform``: its state-folder claim, the generator thread, status lines.
+"""Pieces of ``tidewater platform``: its state-folder claim, the generator threads, status lines.
 
 One platform per state folder: ``<state_dir>/platform.json`` records the running platform's pid
 (for ``tidewater stop``), the hour it first ran (the batch DAGs' start date) and the identity of
@@ -21,13 +21,16 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from tidewater.config import Settings
 from tidewater.errors import ConfigError, TidewaterError, one_line
 from tidewater.lake.locks import try_flock
 from tidewater.orchestration.supervisor import read_json, write_json
 from tidewater.processes import alive as _alive
+
+if TYPE_CHECKING:
+    from tidewater.pipelines import Pipeline
 
 
 class PlatformState:
@@ -152,28 +155,75 @@ class PlatformState:
 
 
 class GeneratorThread(threading.Thread):
-    def __init__(self, settings: Settings, *, rate: float, seed: int, stop: threading.Event) -> None:
-        super().__init__(name="generator", daemon=True)
-        self.settings, self.rate, self.seed, self.stop_event = settings, rate, seed, stop
+    """One pipeline's sample events, produced to its topic at ``rate`` in real time until ``stop``.
+
+    The stream is what ``tidewater generate --pipeline NAME --seed SEED --rate RATE`` would send, with
+    a little mess (duplicates, out-of-order events, malformed records if the pipeline declares any).
+    """
+
+    def __init__(
+        self, settings: Settings, pipeline: Pipeline, *, rate: float, seed: int, stop: threading.Event
+    ) -> None:
+        super().__init__(name=f"generator-{pipeline.name}", daemon=True)
+        self.settings, self.pipeline, self.rate, self.seed, self.stop_event = settings, pipeline, rate, seed, stop
         self.error: str | None = None
 
     def run(self) -> None:
         from tidewater.generator.events import GeneratorConfig
         from tidewater.generator.producer import produce
 
+        events = self.pipeline.sample_events
+        assert events is not None  # start_generator starts only pipelines that declare them
         config = GeneratorConfig(
-            seed=self.seed, rate=self.rate, duplicate_rate=0.01, out_of_order_fraction=0.05, malformed_rate=0.002
+            seed=self.seed,
+            rate=self.rate,
+            duplicate_rate=0.01,
+            out_of_order_fraction=0.05,
+            malformed_rate=0.002 if events.malformations else 0.0,
         )
+        topic = self.settings.topic(self.pipeline.topic)
         try:
-            produce(self.settings, self.settings.topic("rsvps"), config, realtime=True, stop=self.stop_event)
+            produce(self.settings, topic, config, realtime=True, stop=self.stop_event, events=events)
         except TidewaterError as exc:
-            self.error = one_line(exc)
+            self.error = f"{self.pipeline.name}: {one_line(exc)}"
 
 
-def start_generator(settings: Settings, *, rate: float, seed: int, stop: threading.Event) -> GeneratorThread:
-    thread = GeneratorThread(settings, rate=rate, seed=seed, stop=stop)
-    thread.start()
-    return thread
+class Generators:
+    """The platform's generator threads, one per pipeline that declares sample events."""
+
+    def __init__(self, threads: list[GeneratorThread]) -> None:
+        self.threads = threads
+
+    @property
+    def pipelines(self) -> list[str]:
+        return [thread.pipeline.name for thread in self.threads]
+
+    @property
+    def error(self) -> str | None:
+        """The first failed generator's error (its pipeline named), or None while all run."""
+        return next((thread.error for thread in self.threads if thread.error), None)
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for every thread, ``timeout`` seconds in all (after ``stop`` is set)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for thread in self.threads:
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+
+
+def start_generator(settings: Settings, *, rate: float, seed: int, stop: threading.Event) -> Generators:
+    """Feed every registered pipeline that declares sample events, each at ``rate`` events/s (the rate
+    is per pipeline, not split between them: adding a pipeline leaves the others' streams as they were).
+    Their topics must exist (the platform creates every pipeline's)."""
+    from tidewater.pipelines import all_pipelines
+
+    threads = [
+        GeneratorThread(settings, pipeline, rate=rate, seed=seed, stop=stop)
+        for _, pipeline in sorted(all_pipelines().items())
+        if pipeline.sample_events is not None
+    ]
+    for thread in threads:
+        thread.start()
+    return Generators(threads)
 
 
 class StreamReporter:

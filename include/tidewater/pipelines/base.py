@@ -21,6 +21,7 @@ from tidewater import transforms
 from tidewater.connectors.kafka_client import SPARK_RECORD_DDL
 from tidewater.dedup import CONFLICT_SCHEMA
 from tidewater.pipelines.contract import Constraint, Quality
+from tidewater.pipelines.samples import SampleEvents
 
 GoldBuilder = Callable[[DataFrame], DataFrame]
 
@@ -87,6 +88,9 @@ class Pipeline:
     # own (tidewater/quality/suites); a pipeline declared outside the package keeps its suites beside it.
     suites_dir: str = ""
     quality: Quality = field(default_factory=Quality)
+    # What `tidewater generate --pipeline NAME` and the platform produce to the topic (payload, key and
+    # malformations; the fault knobs are the generator's). None: the pipeline has no sample events.
+    sample_events: SampleEvents | None = None
 
     @property
     def all_rules(self) -> tuple[transforms.Rule, ...]:
