@@ -1,6 +1,8 @@
-"""The collection tier: a seeded Meetup RSVP event generator and its Kafka producer.
+"""The collection tier: each pipeline's seeded sample events (RSVPs by default) and their Kafka producer.
 
-:mod:`.events` is pure (no I/O) so tests and pipelines can recompute exactly what was sent;
+:mod:`.events` is pure (no I/O) so tests and pipelines can recompute exactly what was sent; the
+events themselves are declared by each pipeline (``Pipeline.sample_events``, see
+:mod:`tidewater.pipelines.samples`);
 :mod:`.producer` does the Kafka I/O and is imported lazily, so importing the event model does
 not pull in the Kafka client.
 """

@@ -20,7 +20,7 @@ from tidewater.pipelines.base import GoldTable, Pipeline
 
 __all__ = ["GoldTable", "Pipeline", "all_pipelines", "get_pipeline", "pipeline_option"]
 
-_NOT_PIPELINES = {"base", "cli", "contract", "layout"}
+_NOT_PIPELINES = {"base", "cli", "contract", "layout", "samples"}
 
 
 def all_pipelines() -> dict[str, Pipeline]:
