@@ -13,6 +13,7 @@ import datetime as dt
 
 from airflow.sdk import DAG, Param, task
 
+from tidewater.config import NAMESPACE_PATTERN
 from tidewater.orchestration import tasks
 from tidewater.orchestration.operators import TidewaterAuditOperator, TidewaterSparkJobOperator
 from tidewater.pipelines import all_pipelines
@@ -33,7 +34,7 @@ with DAG(
         "entities": Param([], type="array", description="only these entity ids (e.g. venue ids); empty: all"),
         "source": Param("bronze", enum=["bronze", "kafka"]),
         "target": Param("sandbox", enum=["sandbox", "live"]),
-        "sandbox_namespace": Param("sandbox", type="string", pattern="^[A-Za-z0-9_-]+$"),
+        "sandbox_namespace": Param("sandbox", type="string", pattern=f"^{NAMESPACE_PATTERN}$"),
     },
     default_args={"retries": 0},
     tags=["tidewater", "replay"],

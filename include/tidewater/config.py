@@ -25,7 +25,26 @@ ENV_PREFIX = "TIDEWATER_"
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 KAFKA_CLIENTS = ("kafka-python", "confluent")
 SASL_MECHANISMS = ("", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI")
+# A lake namespace is one plain path segment under the lake and checkpoint roots (``live``, a sandbox):
+# never empty, ".", ".." or anything with "/". Every place that takes one checks it with
+# check_namespace (or is_namespace), so the settings, the CLIs, the replay request, the SQL catalog
+# and the UI accept the same names and refuse the rest with the same words.
+NAMESPACE_PATTERN = r"[A-Za-z0-9_-]+"
+NAMESPACE_RULE = "may hold only letters, digits, - and _"
 SPARK_MASTER = r"local(\[(\*|[1-9]\d*)(,\s*[1-9]\d*)?\])?|local-cluster\[.+\]|spark://\S+|yarn|k8s://\S+|mesos://\S+"
+
+
+def is_namespace(name: object) -> bool:
+    """Whether ``name`` is a valid lake namespace (see NAMESPACE_PATTERN)."""
+    return isinstance(name, str) and re.fullmatch(NAMESPACE_PATTERN, name) is not None
+
+
+def check_namespace(name: str, what: str = "namespace") -> str:
+    """``name`` if it is a valid lake namespace, else one ConfigError line; ``what`` is how the
+    caller's input spells it (``--namespace``, ``sandbox_namespace``), so the person knows what to fix."""
+    if not is_namespace(name):
+        raise ConfigError(f"{what} {name!r} {NAMESPACE_RULE}")
+    return name
 
 
 def _default_state_dir() -> str:
@@ -94,6 +113,14 @@ class Pattern(Check):
 
     def problem(self, value: Any) -> str | None:
         return None if isinstance(value, str) and re.fullmatch(self.regex, value) else f"must be {self.what}"
+
+
+@dataclass(frozen=True)
+class Namespace(Check):
+    """A lake namespace (see :func:`check_namespace`): the same rule and words as everywhere else."""
+
+    def problem(self, value: Any) -> str | None:
+        return None if is_namespace(value) else NAMESPACE_RULE
 
 
 @dataclass(frozen=True)
@@ -252,7 +279,7 @@ class Settings:
     # Lake: file:///abs/path or s3://bucket/prefix. Empty means <state_dir>/lake.
     lake_root: str = setting("", Text())
     # Sandbox replays write to another namespace.
-    namespace: str = setting("live", Pattern(r"[\w-]+", "letters, digits, '-' and '_' only"))
+    namespace: str = setting("live", Namespace())
     s3_endpoint_url: str = setting("", HttpUrl())  # MinIO / moto; empty for AWS
     s3_region: str = setting("us-east-1", Text(nonempty=True))
     s3_allow_http: bool = setting(False, Flag())

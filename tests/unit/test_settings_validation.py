@@ -89,7 +89,9 @@ def refused(env: dict[str, str]) -> str:
         ("KAFKA_CLIENT", "java", ["one of kafka-python, confluent"]),
         ("KAFKA_SSL_CAFILE", "/no/such/ca.pem", ["readable file"]),
         ("KAFKA_TOPIC_PREFIX", "my topics/", ["letters, digits"]),
-        ("NAMESPACE", "my sandbox!", ["letters, digits, '-' and '_' only"]),
+        ("NAMESPACE", "my sandbox!", ["may hold only letters, digits, - and _"]),
+        ("NAMESPACE", "café", ["may hold only letters, digits, - and _"]),  # one segment of every path and URI
+        ("NAMESPACE", "..", ["may hold only letters, digits, - and _"]),
     ],
 )
 def test_bad_values_are_one_actionable_line(name: str, value: str, fragments: list[str]) -> None:

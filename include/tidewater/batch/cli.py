@@ -16,7 +16,7 @@ import argparse
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from tidewater.config import Settings
+from tidewater.config import Settings, check_namespace
 from tidewater.errors import ConfigError, OneLineParser
 from tidewater.pipelines import pipeline_option
 
@@ -91,9 +91,7 @@ def prepare(args: argparse.Namespace, settings: Settings) -> Callable[[SparkSess
     pipeline = pipeline_option(args.pipeline)
     interval = Interval.parse(args.start, args.end)
     run_id = check_run_id(args.run_id)
-    namespace = args.namespace or settings.namespace
-    if not namespace.replace("_", "").replace("-", "").isalnum():
-        raise ConfigError(f"--namespace {namespace!r} may hold only letters, digits, - and _")
+    namespace = check_namespace(args.namespace or settings.namespace, "--namespace")
     check_lake_root(settings.lake_uri)
     layout = PipelineLayout.of(settings, pipeline, namespace)
     common: dict[str, Any] = {"run_id": run_id, "namespace": namespace}

@@ -13,7 +13,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from tidewater.batch.interval import Interval
-from tidewater.config import Settings
+from tidewater.config import Settings, check_namespace
 from tidewater.errors import ConfigError
 from tidewater.pipelines.layout import PipelineLayout
 from tidewater.times import iso
@@ -27,9 +27,7 @@ def check_sandbox(settings: Settings, source_namespace: str, sandbox: str | None
         raise ConfigError(
             f"sandbox namespace {sandbox!r} is the live namespace: choose another name, or use --target live"
         )
-    if not sandbox.replace("_", "").replace("-", "").isalnum():
-        raise ConfigError(f"sandbox namespace {sandbox!r} may hold only letters, digits, - and _")
-    return sandbox
+    return check_namespace(sandbox, "sandbox namespace")
 
 
 def ensure_tables(spark: SparkSession, layout: PipelineLayout, names: Sequence[str]) -> None:

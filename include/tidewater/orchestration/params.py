@@ -29,7 +29,7 @@ import pyarrow as pa
 from pyspark.sql.types import ByteType, DataType, IntegerType, LongType, ShortType, StructType
 
 from tidewater import pipelines as registry
-from tidewater.config import Settings
+from tidewater.config import Settings, check_namespace
 from tidewater.connectors.kafka_client import KafkaPythonClient, PartitionClient
 from tidewater.errors import ConfigError
 from tidewater.pipelines.base import Pipeline
@@ -44,7 +44,6 @@ TARGETS = ("sandbox", "live")
 PARAM_KEYS = ("pipeline", "start", "end", "source", "target", "sandbox_namespace", "entities")
 CONTROL_PARAM_KEYS = ("pipeline", "action")
 DEFAULT_CLOCK_SKEW = dt.timedelta(minutes=5)
-_NAMESPACE = re.compile(r"^[A-Za-z0-9_-]+$")
 _PEEK_RECORDS = 16  # records read at each end of a partition to find a timestamp (control records have none)
 
 
@@ -182,8 +181,7 @@ def _sandbox_namespace(value: Any, settings: Settings) -> str:
             "a sandbox replay needs sandbox_namespace (e.g. replay_2026_11_21), a namespace other than the "
             f"live one ({settings.namespace!r}); or set target=live"
         )
-    if not _NAMESPACE.match(name):
-        raise ConfigError(f"sandbox_namespace {name!r} may hold only letters, digits, - and _")
+    check_namespace(name, "sandbox_namespace")
     if name == settings.namespace:
         raise ConfigError(
             f"sandbox_namespace {name!r} is the live namespace: choose another for a sandbox, or set target=live "

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -22,16 +21,12 @@ import pyarrow as pa
 from deltalake import DeltaTable, QueryBuilder
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
-from tidewater.config import Settings
-from tidewater.errors import ConfigError
+from tidewater.config import Settings, check_namespace, is_namespace
 from tidewater.lake.storage import storage_options
 from tidewater.pipelines import all_pipelines
 from tidewater.pipelines.layout import PipelineLayout
 
 log = logging.getLogger(__name__)
-
-# Same rule as Settings.validate: a namespace is one plain path segment, never "..", "/" or empty.
-NAMESPACE = re.compile(r"^[A-Za-z0-9_-]+$")
 
 # commitInfo keys every writer sets; the rest are commit properties (tidewater.run_id, ...).
 STANDARD_COMMIT_KEYS = frozenset(
@@ -65,12 +60,6 @@ class TableRef:
     uri: str
 
 
-def check_namespace(namespace: str) -> str:
-    if not NAMESPACE.match(namespace):
-        raise ConfigError(f"namespace {namespace!r} may hold only letters, digits, - and _")
-    return namespace
-
-
 def catalog(settings: Settings, *, namespace: str | None = None) -> dict[str, TableRef]:
     """Every queryable table of every pipeline in ``namespace`` (default: the settings' one), by SQL name
     (``<pipeline>.<table>``: names are relative to the namespace being browsed)."""
@@ -95,7 +84,7 @@ def resolve(settings: Settings, parts: Sequence[str], *, namespace: str | None =
         return None
     if parts[0] in all_pipelines():
         return catalog(settings, namespace=namespace).get(".".join(parts))
-    if len(parts) < 3 or not NAMESPACE.match(parts[0]):
+    if len(parts) < 3 or not is_namespace(parts[0]):
         return None
     ref = catalog(settings, namespace=parts[0]).get(".".join(parts[1:]))
     if ref is None:

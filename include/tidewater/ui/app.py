@@ -21,7 +21,6 @@ the platform gives the api-server.
 from __future__ import annotations
 
 import logging
-import re
 from typing import Any
 
 from fastapi import Body, Depends, FastAPI, HTTPException, Request, status
@@ -29,8 +28,8 @@ from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from tidewater.config import Settings
-from tidewater.errors import TidewaterError
+from tidewater.config import Settings, check_namespace
+from tidewater.errors import ConfigError, TidewaterError
 from tidewater.ui import data
 from tidewater.ui.auth import login_url, require_reader
 from tidewater.ui.format import json_value
@@ -46,7 +45,6 @@ from tidewater.ui.reports import (
 
 log = logging.getLogger(__name__)
 
-_NAMESPACE = re.compile(r"^[A-Za-z0-9_-]+$")
 MAX_PAGE_SIZE = 1000
 DEFAULT_PAGE_SIZE = 50
 
@@ -66,12 +64,14 @@ def pages(request: Request, config: Settings, namespace: str | None) -> Pages:
 
 
 def checked_namespace(namespace: str | None) -> str | None:
+    """The request's namespace (None: the configured one); a malformed one is a 400 in the same words
+    as everywhere else (:func:`tidewater.config.check_namespace`), before it reaches a path."""
     if namespace in (None, ""):
         return None
-    if not _NAMESPACE.match(namespace):
-        detail = f"namespace {namespace!r} may hold only letters, digits, - and _"
-        raise HTTPException(status.HTTP_400_BAD_REQUEST, detail)
-    return namespace
+    try:
+        return check_namespace(namespace)
+    except ConfigError as exc:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from None
 
 
 def one_line(exc: BaseException) -> str:

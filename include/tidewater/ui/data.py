@@ -8,22 +8,19 @@ only the newest per table. Nothing here writes.
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import asdict, dataclass, is_dataclass
 from typing import Any
 
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
-from tidewater.config import Settings
+from tidewater.config import Settings, is_namespace
 from tidewater.lake.storage import filesystem
 from tidewater.lake.tables import LakeTable
 from tidewater.pipelines import all_pipelines
 from tidewater.pipelines.layout import PipelineLayout
 
 log = logging.getLogger(__name__)
-
-_NAMESPACE = re.compile(r"^[A-Za-z0-9_-]+$")
 
 AUDIT_COLUMNS = [
     "audit_id",
@@ -150,7 +147,7 @@ def namespaces(settings: Settings) -> list[str]:
         infos = fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
     except OSError:
         infos = []
-    found = sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory and _NAMESPACE.match(i.base_name))
+    found = sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory and is_namespace(i.base_name))
     return [settings.namespace, *(ns for ns in found if ns != settings.namespace)]
 
 

@@ -19,11 +19,15 @@ from urllib.parse import quote
 
 import pyarrow.fs as pafs
 
+from tidewater.config import NAMESPACE_PATTERN
 from tidewater.errors import TidewaterError
 from tidewater.lake.storage import filesystem, join
 
-NAME = r"[A-Za-z0-9_-]+"  # namespace and pipeline names (no dots: ".." cannot match)
-_REPORT_PATH = re.compile(rf"^(?P<namespace>{NAME})/(?P<pipeline>{NAME})/reports/(?P<rest>.+)$")
+# A namespace as tidewater.config checks it, a pipeline name by the same segment rule (no dots: ".."
+# cannot match either).
+_REPORT_PATH = re.compile(
+    rf"^(?P<namespace>{NAMESPACE_PATTERN})/(?P<pipeline>{NAMESPACE_PATTERN})/reports/(?P<rest>.+)$"
+)
 CHUNK_BYTES = 1 << 20
 
 # Types GX Data Docs need (the OS table can lack some, and a wrong type stops CSS or JS from loading).
