@@ -13,6 +13,7 @@ last line of a successful run is ``tidewater: result {json}`` (see :class:`Batch
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,7 @@ from tidewater.pipelines import pipeline_option
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from tidewater.batch.requests import ReplayRequest
     from tidewater.batch.result import BatchResult
     from tidewater.pipelines.base import Pipeline
 
@@ -81,17 +83,19 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 def prepare(args: argparse.Namespace, settings: Settings) -> Callable[[SparkSession], BatchResult]:
     """Every check that needs no JVM, then the job as a function of the Spark session."""
-    from tidewater.batch import recompute, sources
+    from tidewater.batch import recompute
     from tidewater.batch.correction import correct_late_data
     from tidewater.batch.interval import Interval
+    from tidewater.batch.requests import BRONZE
     from tidewater.batch.targets import check_run_id
     from tidewater.lake.tables import check_lake_root
     from tidewater.pipelines.layout import PipelineLayout
 
     pipeline = pipeline_option(args.pipeline)
-    interval = Interval.parse(args.start, args.end)
-    run_id = check_run_id(args.run_id)
     namespace = check_namespace(args.namespace or settings.namespace, "--namespace")
+    request = replay_request(args, settings, pipeline, namespace=namespace) if args.batch_command == "replay" else None
+    interval = request.interval if request is not None else Interval.parse(args.start, args.end)
+    run_id = check_run_id(args.run_id)
     check_lake_root(settings.lake_uri)
     layout = PipelineLayout.of(settings, pipeline, namespace)
     common: dict[str, Any] = {"run_id": run_id, "namespace": namespace}
@@ -108,30 +112,39 @@ def prepare(args: argparse.Namespace, settings: Settings) -> Callable[[SparkSess
         layout.table("silver").open()
         return lambda spark: correct_late_data(spark, settings, pipeline, interval.start, interval.end, **common)
 
-    recompute.check_replay(
-        settings,
-        pipeline,
-        source=args.source,
-        target=args.target,
-        sandbox_namespace=args.sandbox_namespace,
-        namespace=namespace,
-        entities=args.entity,
-    )
-    if args.source == sources.BRONZE:
+    assert request is not None, "replay is the one command left"
+    recompute.check_source_settings(settings, request)
+    if request.source == BRONZE:
         layout.table("bronze").open()
     else:
         _check_topic(settings, pipeline)
-    return lambda spark: recompute.replay(
-        spark,
+    return lambda spark: recompute.run_replay(spark, settings, pipeline, request, **common)
+
+
+def replay_request(
+    args: argparse.Namespace,
+    settings: Settings,
+    pipeline: Pipeline,
+    *,
+    namespace: str | None = None,
+    now: dt.datetime | None = None,
+) -> ReplayRequest:
+    """The replay command's options as a request, checked by the rules the replay DAG's validate task
+    applies to the same request (:meth:`ReplayRequest.parse`), refusals naming the options."""
+    from tidewater.batch.requests import OPTIONS, ReplayRequest
+
+    return ReplayRequest.parse(
         settings,
         pipeline,
-        interval.start,
-        interval.end,
+        start=args.start,
+        end=args.end,
         source=args.source,
         target=args.target,
         sandbox_namespace=args.sandbox_namespace,
         entities=args.entity,
-        **common,
+        namespace=namespace,
+        now=now,
+        spelling=OPTIONS,
     )
 
 

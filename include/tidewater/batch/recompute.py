@@ -47,8 +47,9 @@ from tidewater.batch.interval import Interval
 from tidewater.batch.lateness import late_events
 from tidewater.batch.ledger import Ledger, entries_for
 from tidewater.batch.predicates import Selection, coerce_entities
+from tidewater.batch.requests import BRONZE, KAFKA, SANDBOX, ReplayRequest
 from tidewater.batch.result import BatchResult, TableOutcome
-from tidewater.batch.targets import check_run_id, check_sandbox, commit_metadata, ensure_tables
+from tidewater.batch.targets import check_run_id, commit_metadata, ensure_tables
 from tidewater.batch.windows import closed_before, feed_interval, interval_gold
 from tidewater.config import Settings
 from tidewater.errors import ConfigError
@@ -57,9 +58,6 @@ from tidewater.pipelines.base import GoldTable, Pipeline
 from tidewater.pipelines.layout import PipelineLayout
 from tidewater.times import iso, parse_duration
 
-LIVE = "live"
-SANDBOX = "sandbox"
-TARGETS = (LIVE, SANDBOX)
 SILVER, GOLD = "silver", "gold"
 LAYERS = (SILVER, GOLD)
 
@@ -72,7 +70,7 @@ class Rebuild:
     interval: Interval
     run_id: str
     mode: str  # "recompute" | "replay"
-    source: str  # sources.BRONZE | sources.KAFKA
+    source: str  # BRONZE | KAFKA (tidewater.batch.requests)
     source_layout: PipelineLayout  # whose bronze (or whose settings' Kafka) is read
     target: PipelineLayout  # where silver and gold are written
     sandbox: bool
@@ -86,7 +84,7 @@ class Rebuild:
 
     @property
     def source_label(self) -> str:
-        if self.source == sources.KAFKA:
+        if self.source == KAFKA:
             return f"kafka:{self.source_layout.settings.topic(self.pipeline.topic)}"
         return f"bronze:{self.source_layout.namespace}"
 
@@ -117,46 +115,13 @@ def recompute_interval(
         interval=Interval.parse(start, end),
         run_id=check_run_id(run_id),
         mode="recompute",
-        source=sources.BRONZE,
+        source=BRONZE,
         source_layout=layout,
         target=layout,
         sandbox=False,
         layers=tuple(layers),
     )
     return rebuild(spark, plan)
-
-
-def check_replay(
-    settings: Settings,
-    pipeline: Pipeline,
-    *,
-    source: str,
-    target: str,
-    sandbox_namespace: str | None,
-    namespace: str | None,
-    entities: Sequence[Any],
-) -> str:
-    """Validate a replay's arguments without Spark; return the namespace it writes to."""
-    if source not in sources.SOURCES:
-        raise ConfigError(f"--source {source!r} must be one of {', '.join(sources.SOURCES)}")
-    if target not in TARGETS:
-        raise ConfigError(f"--target {target!r} must be one of {', '.join(TARGETS)}")
-    if source == sources.KAFKA and not settings.kafka_bootstrap_servers:
-        raise ConfigError("a replay from Kafka needs TIDEWATER_KAFKA_BOOTSTRAP_SERVERS")
-    if entities:
-        if not pipeline.entity_column:
-            raise ConfigError(f"pipeline {pipeline.name} declares no entity column: replay it without --entity")
-        for gold in pipeline.gold:
-            if pipeline.entity_column not in gold.keys:
-                raise ConfigError(
-                    f"gold table {gold.name} is not kept per {pipeline.entity_column}: replay without --entity"
-                )
-    live = namespace or settings.namespace
-    if target == SANDBOX:
-        return check_sandbox(settings, live, sandbox_namespace)
-    if sandbox_namespace:
-        raise ConfigError("--sandbox-namespace needs --target sandbox")
-    return live
 
 
 def replay(
@@ -167,7 +132,7 @@ def replay(
     end: str | dt.datetime,
     *,
     run_id: str,
-    source: str = sources.BRONZE,
+    source: str = BRONZE,
     target: str = SANDBOX,
     sandbox_namespace: str | None = None,
     namespace: str | None = None,
@@ -176,33 +141,56 @@ def replay(
     """Rebuild silver and gold of ``[start, end)`` (only ``entities`` of ``pipeline.entity_column`` if given)
     from ``namespace``'s bronze or from Kafka, into ``namespace`` (``target="live"``) or into the
     sandbox namespace ``sandbox_namespace`` (``target="sandbox"``: tables created there; no live
-    table or lock is touched)."""
-    interval = Interval.parse(start, end)
-    written = check_replay(
+    table or lock is touched). The arguments are checked as the replay DAG checks its params
+    (:meth:`ReplayRequest.parse`)."""
+    request = ReplayRequest.parse(
         settings,
         pipeline,
+        start=start,
+        end=end,
         source=source,
         target=target,
         sandbox_namespace=sandbox_namespace,
+        entities=list(entities),
         namespace=namespace,
-        entities=entities,
     )
+    return run_replay(spark, settings, pipeline, request, run_id=run_id, namespace=namespace)
+
+
+def run_replay(
+    spark: SparkSession,
+    settings: Settings,
+    pipeline: Pipeline,
+    request: ReplayRequest,
+    *,
+    run_id: str,
+    namespace: str | None = None,
+) -> BatchResult:
+    """Run a checked request (see :func:`replay`); ``namespace`` is the one read (default: the settings')."""
+    check_source_settings(settings, request)
     values: tuple[Any, ...] = ()
-    if entities and pipeline.entity_column:
+    if request.entities and pipeline.entity_column:
         kind = pipeline.schemas(spark)["silver"].field(pipeline.entity_column).type
-        values = coerce_entities([str(e) for e in entities], pipeline.entity_column, kind)
+        values = coerce_entities(list(request.entities), pipeline.entity_column, kind)
+    source_layout = PipelineLayout.of(settings, pipeline, namespace)
     plan = Rebuild(
         pipeline=pipeline,
-        interval=interval,
+        interval=request.interval,
         run_id=check_run_id(run_id),
         mode="replay",
-        source=source,
-        source_layout=PipelineLayout.of(settings, pipeline, namespace),
-        target=PipelineLayout.of(settings, pipeline, written),
-        sandbox=target == SANDBOX,
+        source=request.source,
+        source_layout=source_layout,
+        target=PipelineLayout.of(settings, pipeline, request.written_namespace(source_layout.namespace)),
+        sandbox=request.target == SANDBOX,
         entities=values,
     )
     return rebuild(spark, plan)
+
+
+def check_source_settings(settings: Settings, request: ReplayRequest) -> None:
+    """What the settings must provide for the request's source, checked before Spark plans a read."""
+    if request.source == KAFKA and not settings.kafka_bootstrap_servers:
+        raise ConfigError("a replay from Kafka needs TIDEWATER_KAFKA_BOOTSTRAP_SERVERS")
 
 
 def rebuild(spark: SparkSession, plan: Rebuild) -> BatchResult:
@@ -292,7 +280,7 @@ def _source_silver(spark: SparkSession, plan: Rebuild, held: DataFrame | None) -
     """Every silver row the source yields from ``start - clock skew`` on (not yet cut to the interval)."""
     pipeline = plan.pipeline
     since = plan.interval.start - parse_duration(pipeline.clock_skew_tolerance)
-    if plan.source == sources.KAFKA:
+    if plan.source == KAFKA:
         bronze = sources.kafka_since(spark, plan.source_layout.settings, pipeline, since)
     else:
         bronze = sources.bronze_since(spark, plan.source_layout.table("bronze"), since)

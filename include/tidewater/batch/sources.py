@@ -23,10 +23,6 @@ from tidewater.lake.reads import read_table
 from tidewater.lake.tables import LakeTable
 from tidewater.pipelines.base import Pipeline
 
-BRONZE = "bronze"
-KAFKA = "kafka"
-SOURCES = (BRONZE, KAFKA)
-
 
 def bronze_since(spark: SparkSession, table: LakeTable, since: dt.datetime) -> DataFrame:
     """Bronze records that reached Kafka at or after ``since``.

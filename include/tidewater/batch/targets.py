@@ -13,21 +13,9 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from tidewater.batch.interval import Interval
-from tidewater.config import Settings, check_namespace
 from tidewater.errors import ConfigError
 from tidewater.pipelines.layout import PipelineLayout
 from tidewater.times import iso
-
-
-def check_sandbox(settings: Settings, source_namespace: str, sandbox: str | None) -> str:
-    """The sandbox namespace, refused when it is missing, malformed or a namespace people query."""
-    if not sandbox:
-        raise ConfigError("a sandbox replay needs --sandbox-namespace NAME (a namespace other than the live one)")
-    if sandbox in (settings.namespace, source_namespace):
-        raise ConfigError(
-            f"sandbox namespace {sandbox!r} is the live namespace: choose another name, or use --target live"
-        )
-    return check_namespace(sandbox, "sandbox namespace")
 
 
 def ensure_tables(spark: SparkSession, layout: PipelineLayout, names: Sequence[str]) -> None:

@@ -1,17 +1,13 @@
 """Replay, backfill and stream-control parameters, checked in the Airflow task before any Spark job starts.
 
-A replay recomputes an event-time range ``[start, end)`` of a pipeline from bronze (the default:
-every Kafka record is kept there) or from Kafka, into a sandbox namespace or into the live tables.
 Every mistake a person can make in the trigger form costs a Spark job start (tens of seconds) and,
 into the live tables, possibly data, so each is refused here in one :class:`ConfigError` line that
-says what to do: an unknown pipeline, times that do not parse, an empty or future range, entities
-for a pipeline that has no entity column, an unknown source or target, a sandbox namespace that is
-empty, malformed or the live one - and a source that does not hold the range (see
+says what to do. The replay's rules (times, an empty or future range, source, target, the sandbox
+namespace, entities) are those of :class:`tidewater.batch.requests.ReplayRequest`, which the Spark
+job applies to the same request again: this module only decodes the form (unknown keys, the
+pipeline's name) and adds what needs the source itself - a source that does not hold the range (see
 :func:`check_range_held`): a replay from a source that lost the range would overwrite good rows
 with nothing.
-
-Times are ISO-8601; a time without an offset is UTC (event times are UTC end to end). The rules
-are those of :mod:`tidewater.batch.interval`, which the Spark side uses on the same arguments.
 
 The stream-control DAG's params (``pipeline``, ``action``) are checked the same way
 (:func:`parse_control_params`).
@@ -20,64 +16,49 @@ The stream-control DAG's params (``pipeline``, ``action``) are checked the same 
 from __future__ import annotations
 
 import datetime as dt
-import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql.types import ByteType, DataType, IntegerType, LongType, ShortType, StructType
 
 from tidewater import pipelines as registry
-from tidewater.config import Settings, check_namespace
+from tidewater.batch.requests import (
+    DEFAULT_CLOCK_SKEW,
+    LIVE,
+    PARAMS,
+    SOURCES,
+    TARGETS,
+    ReplayRequest,
+    clock_skew,
+    parse_interval,
+)
+from tidewater.config import Settings
 from tidewater.connectors.kafka_client import KafkaPythonClient, PartitionClient
 from tidewater.errors import ConfigError
 from tidewater.pipelines.base import Pipeline
 from tidewater.pipelines.layout import PipelineLayout
-from tidewater.times import iso, parse_duration, parse_time
+from tidewater.times import iso
+
+__all__ = [
+    "ACTIONS",
+    "DEFAULT_CLOCK_SKEW",
+    "PARAM_KEYS",
+    "SOURCES",
+    "TARGETS",
+    "ReplayRequest",
+    "check_range_held",
+    "clock_skew",
+    "parse_control_params",
+    "parse_interval",
+    "parse_replay_params",
+]
 
 # What the stream control DAG can be asked to do (the DAG's enum and the check below).
 ACTIONS = ("start", "stop", "restart", "resume")
 
-SOURCES = ("bronze", "kafka")
-TARGETS = ("sandbox", "live")
 PARAM_KEYS = ("pipeline", "start", "end", "source", "target", "sandbox_namespace", "entities")
 CONTROL_PARAM_KEYS = ("pipeline", "action")
-DEFAULT_CLOCK_SKEW = dt.timedelta(minutes=5)
 _PEEK_RECORDS = 16  # records read at each end of a partition to find a timestamp (control records have none)
-
-
-@dataclass(frozen=True)
-class ReplayRequest:
-    """A validated replay: what the Spark job receives, as :meth:`to_args`."""
-
-    pipeline: str
-    start: dt.datetime  # aware UTC, inclusive
-    end: dt.datetime  # aware UTC, exclusive
-    source: str  # "bronze" | "kafka"
-    target: str  # "sandbox" | "live"
-    sandbox_namespace: str  # "" when target is "live"
-    entities: tuple[str, ...] = ()  # values of the pipeline's entity column; empty: all
-
-    def to_args(self) -> list[str]:
-        """Command-line arguments of the batch job's ``replay`` command."""
-        args = [
-            "--pipeline",
-            self.pipeline,
-            "--start",
-            iso(self.start),
-            "--end",
-            iso(self.end),
-            "--source",
-            self.source,
-            "--target",
-            self.target,
-        ]
-        if self.target == "sandbox":
-            args += ["--sandbox-namespace", self.sandbox_namespace]
-        for entity in self.entities:
-            args += ["--entity", entity]
-        return args
 
 
 # ---- parameters ----------------------------------------------------------------------------------
@@ -92,13 +73,20 @@ def parse_replay_params(
         raise ConfigError(
             f"unknown replay parameter(s) {', '.join(unknown)}: the parameters are {', '.join(PARAM_KEYS)}"
         )
-    pipeline = _pipeline(params.get("pipeline"))
-    start, end = parse_interval(params.get("start"), params.get("end"), clock_skew=clock_skew(pipeline), now=now)
-    source = _choice(params.get("source"), "source", SOURCES, default="bronze")
-    target = _choice(params.get("target"), "target", TARGETS, default="sandbox")
-    namespace = _sandbox_namespace(params.get("sandbox_namespace"), settings) if target == "sandbox" else ""
-    entities = _entities(params.get("entities"), pipeline)
-    return ReplayRequest(pipeline.name, start, end, source, target, namespace, entities)
+    # The form always carries sandbox_namespace (its field has a default), so a live replay ignores it.
+    sandbox = None if params.get("target") == LIVE else params.get("sandbox_namespace")
+    return ReplayRequest.parse(
+        settings,
+        _pipeline(params.get("pipeline")),
+        start=params.get("start"),
+        end=params.get("end"),
+        source=params.get("source"),
+        target=params.get("target"),
+        sandbox_namespace=sandbox,
+        entities=params.get("entities"),
+        now=now,
+        spelling=PARAMS,
+    )
 
 
 def parse_control_params(params: Mapping[str, Any]) -> tuple[str, str]:
@@ -118,116 +106,11 @@ def parse_control_params(params: Mapping[str, Any]) -> tuple[str, str]:
     return pipeline.name, str(action)
 
 
-def parse_interval(
-    start: Any,
-    end: Any,
-    *,
-    clock_skew: dt.timedelta = DEFAULT_CLOCK_SKEW,
-    now: dt.datetime | None = None,
-) -> tuple[dt.datetime, dt.datetime]:
-    """``[start, end)`` as aware UTC datetimes: both given, ISO-8601 (naive = UTC), end after start, and
-    not starting after ``now + clock_skew`` (event times cannot be later than that: nothing holds it)."""
-    begin, finish = _time(start, "start"), _time(end, "end")
-    if finish <= begin:
-        raise ConfigError(
-            f"end {iso(finish)} is not after start {iso(begin)}: the range is [start, end), give end > start"
-        )
-    current = (now or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
-    if begin > current + clock_skew:
-        raise ConfigError(
-            f"the range [{iso(begin)}, {iso(finish)}) starts in the future (now is {iso(current)}, clock skew "
-            f"tolerance {_span(clock_skew)}): nothing can hold it yet; give a start in the past"
-        )
-    return begin, finish
-
-
-def clock_skew(pipeline: Pipeline) -> dt.timedelta:
-    """How far an event time may run ahead of its Kafka timestamp (and of the clock) for ``pipeline``."""
-    return parse_duration(pipeline.clock_skew_tolerance)
-
-
-def _time(value: Any, what: str) -> dt.datetime:
-    if value is None or (isinstance(value, str) and not value.strip()):
-        raise ConfigError(f"{what} is required: give an ISO-8601 time, e.g. 2026-11-21T10:00:00Z")
-    if not isinstance(value, str | dt.datetime):
-        raise ConfigError(f"{what} {value!r} is not an ISO-8601 time (e.g. 2026-11-21T10:00:00Z)")
-    return parse_time(value, what)
-
-
-def _span(delta: dt.timedelta) -> str:
-    minutes = delta.total_seconds() / 60
-    return f"{minutes:g} minutes"
-
-
 def _pipeline(name: Any) -> Pipeline:
     known = registry.all_pipelines()
     if not isinstance(name, str) or name not in known:
         raise ConfigError(f"unknown pipeline {name!r}: known pipelines are {', '.join(sorted(known)) or 'none'}")
     return known[name]
-
-
-def _choice(value: Any, what: str, allowed: Sequence[str], *, default: str) -> str:
-    if value is None or value == "":
-        return default
-    if value not in allowed:
-        raise ConfigError(f"{what} {value!r} is not one of {', '.join(allowed)}")
-    return str(value)
-
-
-def _sandbox_namespace(value: Any, settings: Settings) -> str:
-    name = value.strip() if isinstance(value, str) else ""
-    if not name:
-        raise ConfigError(
-            "a sandbox replay needs sandbox_namespace (e.g. replay_2026_11_21), a namespace other than the "
-            f"live one ({settings.namespace!r}); or set target=live"
-        )
-    check_namespace(name, "sandbox_namespace")
-    if name == settings.namespace:
-        raise ConfigError(
-            f"sandbox_namespace {name!r} is the live namespace: choose another for a sandbox, or set target=live "
-            "to replay into the live tables"
-        )
-    return name
-
-
-def _entities(value: Any, pipeline: Pipeline) -> tuple[str, ...]:
-    if value is None or value == "":
-        raw: list[Any] = []
-    elif isinstance(value, str):
-        raw = value.split(",")
-    elif isinstance(value, Sequence):
-        raw = list(value)
-    else:
-        raise ConfigError(f"entities {value!r} must be a list of values (or a comma-separated string)")
-    entities = tuple(dict.fromkeys(str(v).strip() for v in raw if str(v).strip()))
-    if not entities:
-        return ()
-    if pipeline.entity_column is None:
-        raise ConfigError(
-            f"pipeline {pipeline.name} has no entity column, so a replay cannot be restricted to entities "
-            f"{', '.join(entities)}: leave entities empty to replay every entity"
-        )
-    if isinstance(_column_type(pipeline, pipeline.entity_column), ByteType | ShortType | IntegerType | LongType):
-        bad = [e for e in entities if not re.fullmatch(r"[+-]?\d+", e)]
-        if bad:
-            raise ConfigError(
-                f"entities {', '.join(bad)} are not valid {pipeline.entity_column} values of pipeline {pipeline.name} "
-                "(whole numbers)"
-            )
-    return entities
-
-
-def _column_type(pipeline: Pipeline, column: str) -> DataType | None:
-    """The type of a silver column that is a plain path into the payload (``p.venue.venue_id``), else None."""
-    expression = pipeline.columns.get(column, "")
-    if not re.fullmatch(r"p(\.\w+)+", expression):
-        return None
-    current: DataType = pipeline.payload_schema
-    for name in expression.split(".")[1:]:
-        if not isinstance(current, StructType) or name not in current.fieldNames():
-            return None
-        current = current[name].dataType
-    return current
 
 
 # ---- what the source holds -----------------------------------------------------------------------
