@@ -400,21 +400,6 @@ class Settings:
             opts["AWS_ALLOW_HTTP"] = "true"
         return opts
 
-    def kafka_client_config(self) -> dict[str, Any]:
-        """Security and timeout options in kafka-python's naming."""
-        config: dict[str, Any] = {
-            "bootstrap_servers": self.kafka_bootstrap_servers.split(","),
-            "security_protocol": self.kafka_security_protocol,
-            "request_timeout_ms": self.kafka_request_timeout_ms,
-        }
-        if self.kafka_sasl_mechanism:
-            config["sasl_mechanism"] = self.kafka_sasl_mechanism
-            config["sasl_plain_username"] = self.kafka_sasl_username
-            config["sasl_plain_password"] = self.kafka_sasl_password
-        if self.kafka_ssl_cafile:
-            config["ssl_cafile"] = self.kafka_ssl_cafile
-        return config
-
     def topic(self, name: str) -> str:
         return f"{self.kafka_topic_prefix}{name}"
 

@@ -113,7 +113,6 @@ def prepare(args: argparse.Namespace, settings: Settings) -> Callable[[SparkSess
         return lambda spark: correct_late_data(spark, settings, pipeline, interval.start, interval.end, **common)
 
     assert request is not None, "replay is the one command left"
-    recompute.check_source_settings(settings, request)
     if request.source == BRONZE:
         layout.table("bronze").open()
     else:
@@ -150,10 +149,6 @@ def replay_request(
 
 def _check_topic(settings: Settings, pipeline: Pipeline) -> None:
     """Broker reachable and topic present (one-line errors), before Spark plans a Kafka read."""
-    from tidewater.connectors.kafka_client import KafkaPythonClient
+    from tidewater.connectors.kafka_client import topic_partitions
 
-    client = KafkaPythonClient(settings.kafka_client_config(), stall_timeout_s=15)
-    try:
-        client.partitions(settings.topic(pipeline.topic))
-    finally:
-        client.close()
+    topic_partitions(settings, settings.topic(pipeline.topic))

@@ -167,7 +167,6 @@ def run_replay(
     namespace: str | None = None,
 ) -> BatchResult:
     """Run a checked request (see :func:`replay`); ``namespace`` is the one read (default: the settings')."""
-    check_source_settings(settings, request)
     values: tuple[Any, ...] = ()
     if request.entities and pipeline.entity_column:
         kind = pipeline.schemas(spark)["silver"].field(pipeline.entity_column).type
@@ -185,12 +184,6 @@ def run_replay(
         entities=values,
     )
     return rebuild(spark, plan)
-
-
-def check_source_settings(settings: Settings, request: ReplayRequest) -> None:
-    """What the settings must provide for the request's source, checked before Spark plans a read."""
-    if request.source == KAFKA and not settings.kafka_bootstrap_servers:
-        raise ConfigError("a replay from Kafka needs TIDEWATER_KAFKA_BOOTSTRAP_SERVERS")
 
 
 def rebuild(spark: SparkSession, plan: Rebuild) -> BatchResult:

@@ -10,17 +10,27 @@ base offset of the last stored batch + 1, not the end. The high watermark in a *
 right on every broker, so end offsets come from a one-partition fetch probe. (The embedded broker
 also answers a multi-partition fetch with the first partition only, and a fetch with
 ``max_wait_ms=0`` with nothing: hence one partition per probe and a 1 ms wait.)
+
+Where Kafka is and how to talk to it (servers, security protocol, SASL, CA file, request timeout)
+is :class:`KafkaConnection`, the one translation of the settings into each client's spelling:
+kafka-python's keywords (the generator's producer and admin client, the offset probe), the Spark
+source's options (strings that travel to the executors) and, from the kafka-python dict,
+librdkafka's properties (:func:`librdkafka_connection`). A new connection setting is added there
+once and reaches every client.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import pyarrow as pa
 
-from tidewater.errors import BrokerUnreachableError, DataLossError, TopicNotFoundError
+from tidewater.config import Settings
+from tidewater.errors import BrokerUnreachableError, ConfigError, DataLossError, TopicNotFoundError
 
 # Arrow layout of a Kafka record, matching Spark's Kafka source columns.
 HEADER_TYPE = pa.struct([("key", pa.string()), ("value", pa.binary())])
@@ -40,6 +50,109 @@ SPARK_RECORD_DDL = (
     "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
     "timestampType int, headers array<struct<key:string,value:binary>>"
 )
+
+
+@dataclass(frozen=True)
+class KafkaConnection:
+    """Where Kafka is and how to talk to it.
+
+    Each field ``x`` is the setting ``kafka_x`` (``TIDEWATER_KAFKA_X``) and the Spark source option
+    ``kafka.x`` with dots for underscores (``kafka.bootstrap.servers``, ``kafka.sasl.username``), so the
+    two spellings cannot drift from the fields.
+    """
+
+    bootstrap_servers: str  # host:port[,host:port]
+    security_protocol: str = "PLAINTEXT"
+    request_timeout_ms: int = 15000
+    sasl_mechanism: str = ""
+    sasl_username: str = ""
+    sasl_password: str = ""
+    ssl_cafile: str = ""
+
+    @classmethod
+    def of(cls, settings: Settings) -> KafkaConnection:
+        """The settings' connection; no servers is one line (every client needs them)."""
+        connection = cls(**{f.name: getattr(settings, f"kafka_{f.name}") for f in dataclasses.fields(cls)})
+        if not connection.servers:
+            raise ConfigError(
+                "TIDEWATER_KAFKA_BOOTSTRAP_SERVERS is empty: start the platform (./tw run) for the embedded "
+                "broker or point it at a Kafka cluster"
+            )
+        return connection
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> KafkaConnection:
+        """The connection a Spark source was given (option keys lower-cased, as Spark may pass them)."""
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            value = options.get(_option(f.name), "")
+            if value:
+                values[f.name] = int(value) if f.name == "request_timeout_ms" else value
+        connection = cls(**{"bootstrap_servers": "", **values})
+        if not connection.servers:
+            raise ConfigError("tidewater-kafka needs option kafka.bootstrap.servers (host:port[,host:port])")
+        return connection
+
+    @property
+    def servers(self) -> list[str]:
+        return [s.strip() for s in self.bootstrap_servers.split(",") if s.strip()]
+
+    def options(self) -> dict[str, str]:
+        """As Spark source options (strings); empty optional settings are left out."""
+        return {_option(f.name): str(getattr(self, f.name)) for f in dataclasses.fields(self) if getattr(self, f.name)}
+
+    def kafka_python(self) -> dict[str, Any]:
+        """In kafka-python's keywords (KafkaConsumer, KafkaProducer, KafkaAdminClient)."""
+        config: dict[str, Any] = {
+            "bootstrap_servers": self.servers,
+            "security_protocol": self.security_protocol,
+            "request_timeout_ms": self.request_timeout_ms,
+            # Fail as fast as a request would when no broker answers, not after kafka-python's 30 s.
+            "bootstrap_timeout_ms": self.request_timeout_ms,
+        }
+        if self.sasl_mechanism:
+            config["sasl_mechanism"] = self.sasl_mechanism
+            config["sasl_plain_username"] = self.sasl_username
+            config["sasl_plain_password"] = self.sasl_password
+        if self.ssl_cafile:
+            config["ssl_cafile"] = self.ssl_cafile
+        return config
+
+
+def _option(name: str) -> str:
+    return "kafka." + name.replace("_", ".")
+
+
+def kafka_python_config(settings: Settings) -> dict[str, Any]:
+    """The settings' Kafka connection in kafka-python's keywords (see :class:`KafkaConnection`)."""
+    return KafkaConnection.of(settings).kafka_python()
+
+
+def librdkafka_connection(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A kafka-python connection dict (:meth:`KafkaConnection.kafka_python`) in librdkafka's properties:
+    derived from that one dict, so confluent-kafka connects exactly as kafka-python does."""
+    out: dict[str, Any] = {
+        "bootstrap.servers": ",".join(config["bootstrap_servers"]),
+        "security.protocol": config.get("security_protocol", "PLAINTEXT").lower(),
+        "socket.timeout.ms": config.get("request_timeout_ms", 15000),
+    }
+    if config.get("sasl_mechanism"):
+        out["sasl.mechanism"] = config["sasl_mechanism"]
+        out["sasl.username"] = config.get("sasl_plain_username", "")
+        out["sasl.password"] = config.get("sasl_plain_password", "")
+    if config.get("ssl_cafile"):
+        out["ssl.ca.location"] = config["ssl_cafile"]
+    return out
+
+
+def topic_partitions(settings: Settings, topic: str) -> list[int]:
+    """The partitions of ``topic``: broker reachable and topic present (one-line errors otherwise),
+    checked before Spark plans a read of it."""
+    client = KafkaPythonClient(kafka_python_config(settings), stall_timeout_s=15)
+    try:
+        return client.partitions(topic)
+    finally:
+        client.close()
 
 
 class PartitionClient(Protocol):
@@ -109,7 +222,8 @@ class KafkaPythonClient:
         self._stall_timeout_s = stall_timeout_s
         self._config = dict(config)
         base = dict(config)
-        base.setdefault("bootstrap_timeout_ms", min(10_000, base.get("request_timeout_ms", 10_000)))
+        # A hand-built config (tests) fails fast too, as KafkaConnection.kafka_python's does.
+        base.setdefault("bootstrap_timeout_ms", base.get("request_timeout_ms", 10_000))
         self._probe_config = dict(base, enable_auto_commit=False, auto_offset_reset="none", fetch_max_wait_ms=1)
         self._probe_consumer: Any = None
         self._reader: Any = None

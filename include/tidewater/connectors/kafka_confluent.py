@@ -18,6 +18,7 @@ import pyarrow as pa
 from tidewater.connectors.kafka_client import (
     KafkaPythonClient,
     empty_columns,
+    librdkafka_connection,
     records_to_arrow,
     retention_lost,
     timestamp_micros,
@@ -26,25 +27,17 @@ from tidewater.errors import BrokerUnreachableError
 
 
 def librdkafka_config(config: dict[str, Any]) -> dict[str, Any]:
-    """kafka-python style settings -> librdkafka properties."""
-    out: dict[str, Any] = {
-        "bootstrap.servers": ",".join(config["bootstrap_servers"]),
-        "security.protocol": config.get("security_protocol", "PLAINTEXT").lower(),
+    """The reader's librdkafka properties: the connection of the kafka-python ``config``
+    (:func:`librdkafka_connection`) and how this reader consumes."""
+    return {
+        **librdkafka_connection(config),
         "group.id": "tidewater-source",  # required by librdkafka; offsets are never committed
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "enable.partition.eof": True,
         "auto.offset.reset": "error",
         "fetch.wait.max.ms": 100,
-        "socket.timeout.ms": config.get("request_timeout_ms", 15000),
     }
-    if config.get("sasl_mechanism"):
-        out["sasl.mechanism"] = config["sasl_mechanism"]
-        out["sasl.username"] = config.get("sasl_plain_username", "")
-        out["sasl.password"] = config.get("sasl_plain_password", "")
-    if config.get("ssl_cafile"):
-        out["ssl.ca.location"] = config["ssl_cafile"]
-    return out
 
 
 class ConfluentClient(KafkaPythonClient):

@@ -34,7 +34,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from tidewater.config import Settings
-from tidewater.connectors.kafka_client import SPARK_RECORD_DDL, KafkaPythonClient, PartitionClient
+from tidewater.connectors.kafka_client import SPARK_RECORD_DDL, KafkaConnection, KafkaPythonClient, PartitionClient
 from tidewater.connectors.kafka_confluent import ConfluentClient
 from tidewater.errors import ConfigError, DataLossError
 
@@ -67,31 +67,18 @@ class KafkaSourceOptions:
     @classmethod
     def parse(cls, options: Any) -> KafkaSourceOptions:
         opts = {str(k).lower(): str(v) for k, v in dict(options).items()}
-        servers = opts.get("kafka.bootstrap.servers", "")
         topics = tuple(t.strip() for t in opts.get("subscribe", "").split(",") if t.strip())
-        if not servers:
-            raise ConfigError("tidewater-kafka needs option kafka.bootstrap.servers (host:port[,host:port])")
-        if not topics:
-            raise ConfigError("tidewater-kafka needs option subscribe (comma-separated topic names)")
-        config: dict[str, Any] = {
-            "bootstrap_servers": servers.split(","),
-            "security_protocol": opts.get("kafka.security.protocol", "PLAINTEXT"),
-            "request_timeout_ms": int(opts.get("kafka.request.timeout.ms", "15000")),
-        }
-        if opts.get("kafka.sasl.mechanism"):
-            config["sasl_mechanism"] = opts["kafka.sasl.mechanism"]
-            config["sasl_plain_username"] = opts.get("kafka.sasl.username", "")
-            config["sasl_plain_password"] = opts.get("kafka.sasl.password", "")
-        if opts.get("kafka.ssl.cafile"):
-            config["ssl_cafile"] = opts["kafka.ssl.cafile"]
         try:
+            connection = KafkaConnection.from_options(opts)
+            if not topics:
+                raise ConfigError("tidewater-kafka needs option subscribe (comma-separated topic names)")
             timestamp = int(opts["startingtimestamp"]) if opts.get("startingtimestamp") else None
             max_offsets = int(opts["maxoffsetspertrigger"]) if opts.get("maxoffsetspertrigger") else None
             per_partition = int(opts.get("maxrecordsperpartition", "500000"))
         except ValueError as exc:
             raise ConfigError(f"tidewater-kafka: a numeric option is not a number ({exc})") from None
         return cls(
-            client_config=config,
+            client_config=connection.kafka_python(),
             backend=opts.get("kafka.client", "kafka-python"),
             topics=topics,
             starting=opts.get("startingoffsets", "earliest"),
@@ -347,20 +334,11 @@ class KafkaDataSource(DataSource):
 
 
 def source_options(settings: Settings, topic: str) -> dict[str, str]:
-    """Source options for ``topic`` from the platform settings."""
-    options = {
-        "kafka.bootstrap.servers": settings.kafka_bootstrap_servers,
-        "kafka.security.protocol": settings.kafka_security_protocol,
-        "kafka.request.timeout.ms": str(settings.kafka_request_timeout_ms),
+    """Source options for ``topic`` from the platform settings (the connection: :class:`KafkaConnection`)."""
+    return {
+        **KafkaConnection.of(settings).options(),
         "kafka.client": settings.kafka_client,
         "subscribe": topic,
         "startingOffsets": "earliest",
         "maxOffsetsPerTrigger": str(settings.max_offsets_per_trigger),
     }
-    if settings.kafka_sasl_mechanism:
-        options["kafka.sasl.mechanism"] = settings.kafka_sasl_mechanism
-        options["kafka.sasl.username"] = settings.kafka_sasl_username
-        options["kafka.sasl.password"] = settings.kafka_sasl_password
-    if settings.kafka_ssl_cafile:
-        options["kafka.ssl.cafile"] = settings.kafka_ssl_cafile
-    return options

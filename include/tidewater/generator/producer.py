@@ -32,6 +32,7 @@ from kafka import errors as kerr
 from kafka.admin import NewTopic
 
 from tidewater.config import Settings
+from tidewater.connectors.kafka_client import kafka_python_config
 from tidewater.errors import BrokerUnreachableError, ConfigError, TidewaterError, TopicNotFoundError
 from tidewater.generator.events import KINDS, GeneratedRecord, GeneratorConfig, SampleEvents, generate, rate_at
 
@@ -100,15 +101,7 @@ def _brief(exc: BaseException) -> str:
 
 
 def _client_config(settings: Settings) -> dict[str, Any]:
-    if not settings.kafka_bootstrap_servers.strip():
-        raise ConfigError(
-            "TIDEWATER_KAFKA_BOOTSTRAP_SERVERS is empty: start the platform (./tw run) for the embedded "
-            "broker or point it at a Kafka cluster"
-        )
-    config = settings.kafka_client_config()
-    # Fail as fast as a request would, instead of kafka-python's 30 s bootstrap default.
-    config["bootstrap_timeout_ms"] = settings.kafka_request_timeout_ms
-    return config
+    return kafka_python_config(settings)  # one line if no servers; bootstrap fails as fast as a request
 
 
 def _unreachable(settings: Settings, exc: BaseException) -> BrokerUnreachableError:

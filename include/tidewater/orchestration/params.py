@@ -33,7 +33,7 @@ from tidewater.batch.requests import (
     parse_interval,
 )
 from tidewater.config import Settings
-from tidewater.connectors.kafka_client import KafkaPythonClient, PartitionClient
+from tidewater.connectors.kafka_client import KafkaPythonClient, PartitionClient, kafka_python_config
 from tidewater.errors import ConfigError
 from tidewater.pipelines.base import Pipeline
 from tidewater.pipelines.layout import PipelineLayout
@@ -127,7 +127,7 @@ def check_range_held(settings: Settings, request: ReplayRequest, *, client: Part
     if request.source == "bronze":
         return _bronze_holds(PipelineLayout.of(settings, pipeline), request, skew)
     own = client is None
-    kafka = client or KafkaPythonClient(settings.kafka_client_config(), stall_timeout_s=15)
+    kafka = client or KafkaPythonClient(kafka_python_config(settings), stall_timeout_s=15)
     try:
         return _kafka_holds(kafka, settings.topic(pipeline.topic), request, skew)
     finally:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 from tidewater.config import Settings
-from tidewater.errors import ConfigError
 from tidewater.processes import StopOnSignal
 
 
@@ -25,16 +24,12 @@ def cmd_stream(args: argparse.Namespace, settings: Settings) -> int:
     from tidewater.spark import build_session
     from tidewater.streaming.runner import PipelineStreams
 
-    if not settings.kafka_bootstrap_servers:
-        raise ConfigError(
-            "set TIDEWATER_KAFKA_BOOTSTRAP_SERVERS (the platform command sets it for the embedded broker)"
-        )
     pipeline = get_pipeline(args.pipeline)
     stopper = StopOnSignal().install()
     streams = PipelineStreams(settings, pipeline, namespace=args.namespace)
     spark = None
     try:
-        streams.preflight()  # one-line errors before a JVM starts
+        streams.preflight()  # one-line errors before a JVM starts (no Kafka servers set, too)
         spark = build_session(settings, f"tidewater-stream-{pipeline.name}")
         if args.available_now:
             streams.run_available_now(spark)

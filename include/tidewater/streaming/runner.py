@@ -28,7 +28,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from tidewater import transforms
 from tidewater.config import Settings
-from tidewater.connectors.kafka_client import KafkaPythonClient
+from tidewater.connectors.kafka_client import topic_partitions
 from tidewater.connectors.kafka_source import source_options
 from tidewater.errors import TidewaterError, one_line
 from tidewater.lake.tables import LakeTable, check_lake_root
@@ -80,11 +80,7 @@ class PipelineStreams:
     def preflight(self) -> None:
         """Everything that can be checked before Spark starts, each failing in one line: Kafka reachable,
         topic present, lake root writable, checkpoints sane and not in use (their leases are taken here)."""
-        client = KafkaPythonClient(self.settings.kafka_client_config(), stall_timeout_s=15)
-        try:
-            client.partitions(self.topic)
-        finally:
-            client.close()
+        topic_partitions(self.settings, self.topic)
         check_lake_root(self.settings.lake_uri)
         for tier in self.tiers:
             self._claim(tier)
