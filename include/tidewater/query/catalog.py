@@ -25,6 +25,7 @@ from tidewater.config import Settings, check_namespace, is_namespace
 from tidewater.lake.storage import storage_options
 from tidewater.pipelines import all_pipelines
 from tidewater.pipelines.layout import PipelineLayout
+from tidewater.query.encode import json_value
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +123,7 @@ class TableInfo:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: datetimes as ISO-8601 strings."""
-        return jsonable(asdict(self))
+        return json_value(asdict(self))
 
 
 def table_info(ref: TableRef) -> TableInfo:
@@ -228,7 +229,7 @@ def table_listing(settings: Settings, *, namespace: str | None = None) -> list[d
     (the row of :func:`latest_audits`, or None). What a table listing page or ``--format json`` shows."""
     audits = latest_audits(settings, namespace=namespace)
     return [
-        {**table_info(ref).as_dict(), "latest_audit": jsonable(audits.get(name))}
+        {**table_info(ref).as_dict(), "latest_audit": json_value(audits.get(name))}
         for name, ref in catalog(settings, namespace=namespace).items()
     ]
 
@@ -248,28 +249,3 @@ def from_millis(value: int | None) -> dt.datetime | None:
 def brief(exc: BaseException) -> str:
     """delta-rs and DataFusion errors span lines (cause chains): fold them into one short line."""
     return " ".join(str(exc).split())[:400]
-
-
-def jsonable(value: Any) -> Any:
-    """``value`` with datetimes, dates and times as ISO strings, Decimals as strings, bytes as hex,
-    tuples as lists, non-finite floats as strings: what ``json.dumps`` and a browser accept."""
-    import decimal
-    import math
-
-    if value is None or isinstance(value, bool | int | str):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else str(value)
-    if isinstance(value, dt.datetime | dt.date | dt.time):
-        return value.isoformat()
-    if isinstance(value, dt.timedelta):
-        return value.total_seconds()
-    if isinstance(value, decimal.Decimal):
-        return str(value)
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value).hex()
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [jsonable(v) for v in value]
-    return str(value)

@@ -17,7 +17,6 @@ import argparse
 import csv
 import datetime as dt
 import decimal
-import json
 import sys
 import types
 from collections.abc import Sequence
@@ -25,6 +24,7 @@ from typing import Any, NoReturn
 
 from tidewater.config import Settings
 from tidewater.errors import ConfigError
+from tidewater.query.encode import json_text
 
 CELL_WIDTH = 60  # table format: longer values are cut (csv and json carry them whole)
 
@@ -93,7 +93,7 @@ def print_tables(settings: Settings, *, namespace: str | None, fmt: str) -> None
     from tidewater.query.catalog import catalog, latest_audits, table_info, table_listing
 
     if fmt == "json":
-        print(json.dumps(table_listing(settings, namespace=namespace)))
+        print(json_text(table_listing(settings, namespace=namespace)))
         return
     infos = [table_info(ref) for ref in catalog(settings, namespace=namespace).values()]
     audits = latest_audits(settings, namespace=namespace)
@@ -167,29 +167,21 @@ def render_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, null:
 def _cell(value: Any, null: str) -> str:
     if value is None:
         return null
-    if isinstance(value, dt.datetime | dt.date | dt.time):
-        text = value.isoformat()
-    elif isinstance(value, bytes):
-        text = value.hex()
-    elif isinstance(value, list | dict | tuple):
-        from tidewater.query.catalog import jsonable
-
-        text = json.dumps(jsonable(value))
-    else:
-        text = str(value)
-    text = text.replace("\r", "\\r").replace("\n", "\\n")
+    text = _text(value).replace("\r", "\\r").replace("\n", "\\n")
     return text if len(text) <= CELL_WIDTH else text[: CELL_WIDTH - 1] + "…"
 
 
-def _csv_value(value: Any) -> Any:
-    if value is None:
-        return ""
+def _csv_value(value: Any) -> str:
+    return "" if value is None else _text(value)
+
+
+def _text(value: Any) -> str:
+    """A non-null value as text in a table or CSV cell: binary as hex (readable, and what SQL's
+    ``encode(x, 'hex')`` shows), nested values as the JSON every query answer uses."""
     if isinstance(value, dt.datetime | dt.date | dt.time):
         return value.isoformat()
     if isinstance(value, bytes):
         return value.hex()
     if isinstance(value, list | dict | tuple):
-        from tidewater.query.catalog import jsonable
-
-        return json.dumps(jsonable(value))
-    return value
+        return json_text(value)
+    return str(value)

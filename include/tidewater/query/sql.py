@@ -16,7 +16,6 @@ with an ORDER BY that orders rows completely, as in any SQL database.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import re
 import time
 from collections.abc import Sequence
@@ -30,7 +29,8 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from tidewater.config import Settings
 from tidewater.lake.storage import filesystem, storage_options
-from tidewater.query.catalog import TableRef, brief, catalog, jsonable, resolve
+from tidewater.query.catalog import TableRef, brief, catalog, resolve
+from tidewater.query.encode import json_text, json_value
 from tidewater.query.guard import GuardedQuery, QueryRefused, TableUse, guard
 
 __all__ = ["QueryRefused", "QueryResult", "new_session", "run_sql"]
@@ -60,11 +60,11 @@ class QueryResult:
         return (self.page - 1) * self.page_size + 1
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready: datetimes as ISO-8601, Decimals as strings, bytes as hex."""
-        return jsonable(asdict(self))
+        """JSON-ready, encoded as every query answer is (:func:`tidewater.query.encode.json_value`)."""
+        return json_value(asdict(self))
 
     def to_json(self) -> str:
-        return json.dumps(self.as_dict(), sort_keys=False)
+        return json_text(asdict(self))
 
 
 def new_session() -> QueryBuilder:

@@ -21,7 +21,7 @@ the platform gives the api-server.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fastapi import Body, Depends, FastAPI, HTTPException, Request, status
 from fastapi.exception_handlers import http_exception_handler
@@ -30,9 +30,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tidewater.config import Settings, check_namespace
 from tidewater.errors import ConfigError, TidewaterError
+from tidewater.query.encode import json_value
 from tidewater.ui import data
 from tidewater.ui.auth import login_url, require_reader
-from tidewater.ui.format import json_value
 from tidewater.ui.render import Pages
 from tidewater.ui.reports import (
     ReportNotFound,
@@ -42,6 +42,9 @@ from tidewater.ui.reports import (
     report_location,
     stat_report,
 )
+
+if TYPE_CHECKING:
+    from tidewater.query.sql import QueryResult
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +94,7 @@ class QueryProblem(HTTPException):
         self.refused = refused
 
 
-def run_query(config: Settings, sql: str, *, page: int, page_size: int, namespace: str | None) -> Any:
+def run_query(config: Settings, sql: str, *, page: int, page_size: int, namespace: str | None) -> QueryResult:
     """run_sql, its refusals and errors turned into :class:`QueryProblem` (HTML and JSON say the same)."""
     from tidewater.query.sql import QueryRefused, run_sql
 
@@ -225,18 +228,7 @@ def create_app() -> FastAPI:
         namespace = checked_namespace(namespace)
         page, page_size = max(1, page), max(1, min(page_size, MAX_PAGE_SIZE))
         result = run_query(settings(), sql, page=page, page_size=page_size, namespace=namespace)
-        return JSONResponse(
-            {
-                "columns": list(result.columns),
-                "rows": json_value([list(row) for row in result.rows]),
-                "page": result.page,
-                "page_size": result.page_size,
-                "has_more": result.has_more,
-                "tables": json_value(result.tables),
-                "types": list(getattr(result, "types", [])),
-                "elapsed_s": result.elapsed_s,
-            }
-        )
+        return JSONResponse(result.as_dict())  # the same JSON as `tidewater sql --format json`
 
     # ---- audits and reports ---------------------------------------------------------------------
 

@@ -1,14 +1,14 @@
-"""Pure conversions of lake values for the pages and the JSON API (no I/O, unit-tested)."""
+"""Pure conversions of lake values for the pages (no I/O, unit-tested); JSON is encoded as every query
+answer is (:func:`tidewater.query.encode.json_value`, which the JSON API uses too)."""
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
-import decimal
 import json
-import math
 from collections.abc import Mapping
 from typing import Any
+
+from tidewater.query.encode import json_value
 
 MAX_CELL_CHARS = 300  # a cell longer than this is cut in the HTML table (the JSON API has it whole)
 
@@ -68,27 +68,6 @@ def commit_run(metadata: Mapping[str, Any] | None) -> str:
     if query is not None:
         return f"stream {query}" + (f" batch {batch}" if batch is not None else "")
     return ""
-
-
-def json_value(value: Any) -> Any:
-    """A JSON-safe form of a value from Arrow (timestamps, decimals, bytes, NaN, nested)."""
-    if value is None or isinstance(value, bool | int | str):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dt.datetime | dt.date | dt.time):
-        return value.isoformat()
-    if isinstance(value, dt.timedelta):
-        return value.total_seconds()
-    if isinstance(value, decimal.Decimal):
-        return str(value)
-    if isinstance(value, bytes | bytearray | memoryview):
-        return base64.b64encode(bytes(value)).decode()
-    if isinstance(value, Mapping):
-        return {str(k): json_value(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set):
-        return [json_value(v) for v in value]
-    return str(value)
 
 
 def cell_text(value: Any) -> str:
