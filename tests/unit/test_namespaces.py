@@ -69,3 +69,12 @@ def test_a_sql_name_whose_first_part_is_no_namespace_resolves_to_nothing(tmp_pat
     settings = Settings(state_dir=str(tmp_path))
     assert resolve(settings, ["my sandbox!", "rsvps", "silver"]) is None
     assert resolve(settings, ["café", "rsvps", "silver"]) is None
+
+
+@pytest.mark.parametrize("name", [n for n in BAD if n])
+def test_a_pipeline_layout_refuses_a_bad_namespace_whoever_passed_it(tmp_path, name):
+    from tidewater.pipelines.layout import PipelineLayout
+
+    with pytest.raises(ConfigError, match=NAMESPACE_RULE.replace("-", r"\-")):
+        PipelineLayout.of(Settings(state_dir=str(tmp_path)), RSVPS, name)
+    assert PipelineLayout.of(Settings(state_dir=str(tmp_path)), RSVPS, "sbx").namespace == "sbx"

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from tidewater.config import Settings
+from tidewater.config import Settings, check_namespace
 from tidewater.lake.locks import TableLock
 from tidewater.lake.storage import join
 from tidewater.lake.tables import LakeTable
@@ -31,7 +31,8 @@ class PipelineLayout:
 
     @classmethod
     def of(cls, settings: Settings, pipeline: Pipeline, namespace: str | None = None) -> PipelineLayout:
-        return cls(settings, pipeline, namespace or settings.namespace)
+        # Every path below embeds the namespace: check it once here, whoever passed it (CLI, DAG, UI).
+        return cls(settings, pipeline, check_namespace(namespace) if namespace else settings.namespace)
 
     @property
     def table_names(self) -> tuple[str, ...]:
