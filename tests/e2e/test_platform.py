@@ -240,8 +240,10 @@ def supervise_now(airflow: LocalAirflow) -> str:
             if "HTTP 404" in str(exc) or "HTTP 5" in str(exc):  # not parsed yet, or the metadata DB was busy
                 return None
             raise
+        except OSError:  # no answer in time (the API server waits for the metadata DB's lock)
+            return None
 
-    run = wait_for(trigger, timeout_s=120, what="the supervising DAG to be parsed")
+    run = wait_for(trigger, timeout_s=240, what="the supervising DAG to accept a run")
     return finished_state(airflow, "tidewater_supervise_streams", run["dag_run_id"], timeout_s=240)
 
 
