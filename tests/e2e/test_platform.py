@@ -240,7 +240,7 @@ def supervise_now(airflow: LocalAirflow) -> str:
             if "HTTP 404" in str(exc) or "HTTP 5" in str(exc):  # not parsed yet, or the metadata DB was busy
                 return None
             raise
-        except OSError:  # no answer in time (the API server waits for the metadata DB's lock)
+        except OSError:  # no answer in time (the API server waited for SQLite's write lock)
             return None
 
     run = wait_for(trigger, timeout_s=240, what="the supervising DAG to accept a run")

@@ -22,10 +22,6 @@ from tidewater.config import Settings
 from tidewater.paths import dags_folder, plugins_folder
 from tidewater.processes import spark_child_env
 
-# How long an Airflow process waits for the SQLite metadata database's write lock (sqlite3's default: 5 s).
-SQLITE_CONNECT_ARGS = {"timeout": 60}
-
-
 ADMIN_USER = "admin"
 SECRETS_FILE = "tidewater-secrets.json"
 PASSWORDS_FILE = "simple_auth_manager_passwords.json.generated"
@@ -104,10 +100,6 @@ def airflow_environment(settings: Settings, airflow_secrets: AirflowSecrets) -> 
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords_file(settings)),
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{api_url(settings)}/execution/",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
-        # SQLite serialises writers; its default 5 s wait turns a busy moment (catch-up runs starting)
-        # into HTTP 500 for a click in the UI. Wait longer instead.
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": f"{__name__}.SQLITE_CONNECT_ARGS",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC": f"{__name__}.SQLITE_CONNECT_ARGS",
         "AIRFLOW__API__HOST": "127.0.0.1",
         "AIRFLOW__API__PORT": str(settings.airflow_port),
         "AIRFLOW__API__BASE_URL": api_url(settings),

@@ -165,8 +165,7 @@ class LocalAirflow:
         req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         try:
-            # Longer than an Airflow process waits for SQLite's write lock (airflow_env.SQLITE_CONNECT_ARGS).
-            with opener.open(req, timeout=90) as response:
+            with opener.open(req, timeout=30) as response:
                 text = response.read().decode()
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode(errors="replace")[:300]
