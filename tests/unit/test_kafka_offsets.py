@@ -374,3 +374,67 @@ def test_batch_reader_with_nothing_to_read(fake: FakePartitionClient) -> None:
     assert reader.partitions() == []
     assert list(reader.read(InputPartition(None))) == []
     assert fake.closed  # the driver-side client is closed once planning is done
+
+
+class FlakyClient(FakePartitionClient):
+    """Times out ``failures`` times (a broker restarting), then answers; counts the clients made."""
+
+    made = 0
+
+    def __init__(self, failures: int, error: Exception) -> None:
+        super().__init__({"orders": {0: (0, 100)}})
+        self.failures = failures
+        self.error = error
+
+    def end_offsets(self, topic: str, partitions: list[int]) -> dict[int, int]:
+        if self.failures:
+            self.failures -= 1
+            raise self.error
+        return super().end_offsets(topic, partitions)
+
+
+def flaky(monkeypatch: pytest.MonkeyPatch, failures: int, error: Exception) -> FlakyClient:
+    client = FlakyClient(failures, error)
+
+    def make(backend: str, config: dict) -> FlakyClient:
+        FlakyClient.made += 1
+        return client
+
+    FlakyClient.made = 0
+    monkeypatch.setattr(kafka_source, "make_client", make)
+    monkeypatch.setattr(kafka_source.time, "sleep", lambda seconds: None)
+    return client
+
+
+def test_a_stream_rides_through_a_broker_restart_with_new_connections(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kafka.errors import KafkaTimeoutError
+
+    flaky(monkeypatch, 3, KafkaTimeoutError("Failed to get offsets by timestamps in 5000 ms"))
+    stream = KafkaStreamReader(KafkaSourceOptions.parse(BASE))
+    assert stream.planner.end_offsets() == {"orders": {"0": 100}}
+    assert FlakyClient.made == 4  # a fresh connection after each failure
+
+
+def test_a_bounded_read_and_a_wrong_request_fail_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kafka.errors import KafkaTimeoutError
+
+    flaky(monkeypatch, 1, KafkaTimeoutError("timed out"))
+    with pytest.raises(KafkaTimeoutError):
+        planner().end_offsets()  # retry_seconds=0: the batch reader's planner
+    flaky(monkeypatch, 1, TopicNotFoundError("Kafka topic 'orders' does not exist"))
+    stream = KafkaStreamReader(KafkaSourceOptions.parse(BASE))
+    with pytest.raises(TopicNotFoundError):
+        stream.planner.end_offsets()
+    assert FlakyClient.made == 1
+
+
+def test_transient_errors_are_told_apart() -> None:
+    from kafka.errors import KafkaConnectionError, KafkaTimeoutError, UnknownTopicOrPartitionError
+
+    from tidewater.connectors.kafka_source import transient_broker_error
+    from tidewater.errors import BrokerUnreachableError
+
+    assert transient_broker_error(KafkaTimeoutError()) and transient_broker_error(KafkaConnectionError())
+    assert transient_broker_error(BrokerUnreachableError("no fetch response"))
+    assert transient_broker_error(UnknownTopicOrPartitionError())  # retriable in kafka-python (metadata lag)
+    assert not transient_broker_error(DataLossError("gone")) and not transient_broker_error(ValueError("x"))

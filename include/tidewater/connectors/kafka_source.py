@@ -20,9 +20,11 @@ Options (all strings, as Spark passes them):
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
@@ -36,7 +38,7 @@ from pyspark.sql.streaming.datasource import (
 from tidewater.config import Settings
 from tidewater.connectors.kafka_client import SPARK_RECORD_DDL, KafkaConnection, KafkaPythonClient, PartitionClient
 from tidewater.connectors.kafka_confluent import ConfluentClient
-from tidewater.errors import ConfigError, DataLossError
+from tidewater.errors import BrokerUnreachableError, ConfigError, DataLossError
 
 EARLIEST, LATEST = -2, -1
 Offsets = dict[str, dict[str, int]]  # {topic: {partition (str): next offset}}
@@ -101,11 +103,29 @@ def _parse_offset_spec(spec: str, what: str) -> Offsets | None:
         raise ConfigError(f'{what}={spec!r} must be earliest, latest or JSON like {{"topic": {{"0": 42}}}}') from None
 
 
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# A broker that restarts (kill -9, a rolling upgrade) is unreachable for a few seconds. A stream's
+# offset and metadata requests retry with a fresh client for this long before the query fails (a
+# bounded read fails at once: a person is waiting for it).
+BROKER_RETRY_SECONDS = 60.0
+
+
+def transient_broker_error(exc: BaseException) -> bool:
+    """Whether ``exc`` says the broker was unreachable or slow, not that the request was wrong."""
+    from kafka.errors import KafkaError
+
+    # kafka-python marks timeouts, lost connections and stale metadata as retriable.
+    return isinstance(exc, BrokerUnreachableError) or (isinstance(exc, KafkaError) and bool(exc.retriable))
+
+
 class _KafkaPlanner:
     """Driver-side offset arithmetic shared by the batch and the stream reader."""
 
-    def __init__(self, options: KafkaSourceOptions) -> None:
+    def __init__(self, options: KafkaSourceOptions, *, retry_seconds: float = 0.0) -> None:
         self.options = options
+        self.retry_seconds = retry_seconds
         self._client: PartitionClient | None = None
 
     # The client holds sockets: never pickle it to executors.
@@ -124,16 +144,46 @@ class _KafkaPlanner:
         return {topic: self.client.partitions(topic) for topic in self.options.topics}
 
     def end_offsets(self) -> Offsets:
-        return {
-            topic: {str(p): o for p, o in self.client.end_offsets(topic, parts).items()}
-            for topic, parts in self.partitions_of().items()
-        }
+        return self._retrying(
+            "end offsets",
+            lambda: {
+                topic: {str(p): o for p, o in self.client.end_offsets(topic, parts).items()}
+                for topic, parts in self.partitions_of().items()
+            },
+        )
 
     def earliest_offsets(self) -> Offsets:
-        return {
-            topic: {str(p): o for p, o in self.client.earliest_offsets(topic, parts).items()}
-            for topic, parts in self.partitions_of().items()
-        }
+        return self._retrying(
+            "earliest offsets",
+            lambda: {
+                topic: {str(p): o for p, o in self.client.earliest_offsets(topic, parts).items()}
+                for topic, parts in self.partitions_of().items()
+            },
+        )
+
+    def _retrying(self, what: str, request: Callable[[], T]) -> T:
+        """``request()``, retried with a fresh client while the broker is unreachable (up to
+        ``retry_seconds``); other errors (a missing topic, lost offsets) fail at once."""
+        deadline = time.monotonic() + self.retry_seconds
+        delay = 0.5
+        while True:
+            try:
+                return request()
+            except Exception as exc:
+                if not transient_broker_error(exc) or time.monotonic() + delay > deadline:
+                    raise
+                log.warning("Kafka %s: %s; retrying in %.1f s with a new connection", what, exc, delay)
+                self.close()
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    def close(self) -> None:
+        if self._client is not None:
+            try:
+                self._client.close()
+            except Exception as exc:  # a client whose broker died may fail to close; it is dropped anyway
+                log.debug("closing the Kafka client: %s", exc)
+            self._client = None
 
     def resolve(self, spec: str, *, what: str, default: int) -> Offsets:
         """Turn earliest/latest/JSON (with -2/-1 per partition) into concrete offsets."""
@@ -243,7 +293,7 @@ def cap_offsets(start: Offsets, end: Offsets, max_rows: int) -> Offsets:
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: KafkaSourceOptions) -> None:
         self.options = options
-        self.planner = _KafkaPlanner(options)
+        self.planner = _KafkaPlanner(options, retry_seconds=BROKER_RETRY_SECONDS)
         self._target: Offsets | None = None
 
     def initialOffset(self) -> dict:
@@ -291,9 +341,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Offsets are tracked in Spark's checkpoint; nothing to commit on the broker."""
 
     def stop(self) -> None:
-        if self.planner._client is not None:
-            self.planner._client.close()
-            self.planner._client = None
+        self.planner.close()
 
 
 class KafkaBatchReader(DataSourceReader):
@@ -306,8 +354,7 @@ class KafkaBatchReader(DataSourceReader):
             planner.check_retained(self._start, self._end)
             self._ranges = planner.split(self._start, self._end)
         finally:
-            if planner._client is not None:
-                planner._client.close()
+            planner.close()
 
     def partitions(self) -> Sequence[InputPartition]:
         return self._ranges
