@@ -69,8 +69,15 @@ def run_dag_test(dags_folder: Path, dag_id: str, conf: dict, logical_date: str |
     dag = bag.dags[dag_id]
     when = dt.datetime.fromisoformat(logical_date) if logical_date else None
     dag_run = dag.test(logical_date=when, run_conf=conf or None)
-    states = {ti.task_id: str(ti.state) for ti in dag_run.get_task_instances()}
-    return {"dag_run_state": str(dag_run.state), "run_id": dag_run.run_id, "task_states": states}
+    instances = dag_run.get_task_instances()
+    states = {ti.task_id: str(ti.state) for ti in instances}
+    seconds = {ti.task_id: round(ti.duration, 1) for ti in instances if ti.duration is not None}
+    return {
+        "dag_run_state": str(dag_run.state),
+        "run_id": dag_run.run_id,
+        "task_states": states,
+        "task_seconds": seconds,
+    }
 
 
 def main() -> None:
