@@ -2,8 +2,9 @@
 
 One data set for the module: generated RSVPs (duplicates, out-of-order events, malformed records)
 streamed to gold with Trigger.AvailableNow in several micro-batches. The recompute of a finished
-range must reproduce what the stream wrote, rerun to the same rows, repair damage, record changes
-of final gold rows in the ledger, and run as a spark-submit job from the command line.
+range must reproduce what the stream wrote, rerun to the same rows, repair damage and record changes
+of final gold rows in the ledger. (The spark-submit entry point, spark_jobs/batch.py, runs in
+tests/dags: the batch DAG's recompute_silver and publish_gold tasks.)
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
 from pipeline_helpers import streamed_lake
-from tidewater.batch.cli import RESULT_PREFIX
 from tidewater.batch.gold_diff import measure_columns
 from tidewater.batch.interval import Interval
 from tidewater.batch.ledger import Ledger
@@ -31,7 +31,6 @@ from tidewater.batch.recompute import recompute_interval
 from tidewater.batch.result import BatchResult
 from tidewater.config import Settings
 from tidewater.lake.reads import read_table
-from tidewater.paths import spark_job
 from tidewater.pipelines import get_pipeline
 from tidewater.pipelines.layout import PipelineLayout
 
@@ -257,44 +256,3 @@ def test_cli_refuses_bad_arguments_in_one_line(tmp_path, args, fragment):
     assert "Traceback" not in result.stderr and "SparkContext" not in result.stderr
     assert result.stdout == ""
     assert time.monotonic() - began < 15  # refused before any JVM starts
-
-
-def test_spark_submit_batch_job(spark, lake):
-    """The real entry point: spark-submit spark_jobs/batch.py recompute ... prints the result line and
-    leaves the recomputed range as it was (a rerun)."""
-    before = snapshot(spark, lake)
-    env = {
-        **os.environ,
-        **lake.to_env(),
-        "PYSPARK_PYTHON": sys.executable,
-        "PYSPARK_DRIVER_PYTHON": sys.executable,
-        "SPARK_LOCAL_IP": "127.0.0.1",
-    }
-    command = [
-        str(Path(sys.executable).parent / "spark-submit"),
-        "--master",
-        lake.spark_master,
-        "--driver-memory",
-        "1g",
-        "--conf",
-        "spark.driver.host=127.0.0.1",
-        str(spark_job("batch")),
-        "recompute",
-        "--pipeline",
-        "rsvps",
-        "--start",
-        "2026-11-21T10:01:00Z",
-        "--end",
-        "2026-11-21T10:04:00Z",
-        "--run-id",
-        "submitted",
-    ]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    last = result.stdout.strip().splitlines()[-1]
-    assert last.startswith(RESULT_PREFIX), result.stdout
-    parsed = json.loads(last.removeprefix(RESULT_PREFIX))
-    assert parsed["mode"] == "recompute" and parsed["run_id"] == "submitted"
-    assert parsed["tables"]["silver"]["rows"] == len(before["silver"])
-    assert snapshot(spark, lake) == before
-    assert layout(lake).table("silver").history(1)[0]["tidewater.run_id"] == "submitted"

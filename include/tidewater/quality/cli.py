@@ -50,6 +50,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     from tidewater.pipelines.layout import PipelineLayout
     from tidewater.quality import suites
     from tidewater.quality.audit import AuditFailedError, AuditRequest, run_audit
+    from tidewater.quality.validate import preload_great_expectations
     from tidewater.spark import build_session
 
     pipeline = pipeline_option(args.pipeline)
@@ -68,8 +69,10 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     layout.table("bronze" if request.needs_bronze else "silver").open()  # one line if missing
     for layer in suites.layers_of(pipeline):
         suites.load_suite(pipeline, layer)  # stale or missing suites fail before a JVM starts
+    preload = preload_great_expectations()
     spark = build_session(settings, f"tidewater-audit-{pipeline.name}")
     try:
+        preload.join()
         result = run_audit(spark, settings, request)
     finally:
         spark.stop()
