@@ -275,6 +275,9 @@ class Settings:
     pipeline_modules: str = setting(
         "", Pattern(r"(\s*[\w./-]+\s*(,\s*[\w./-]+\s*)*)?", "comma-separated module names or .py file paths")
     )
+    # Which declared pipelines this deployment runs (streams, DAGs, generator, catalog): comma-separated
+    # names; empty: every one declared.
+    pipelines: str = setting("", Pattern(r"(\s*[\w-]+\s*(,\s*[\w-]+\s*)*)?", "comma-separated pipeline names"))
 
     # Lake: file:///abs/path or s3://bucket/prefix. Empty means <state_dir>/lake.
     lake_root: str = setting("", Text())

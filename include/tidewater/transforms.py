@@ -191,3 +191,31 @@ def windowed_counts(
             *measures,
         )
     )
+
+
+def session_aggregates(
+    events: DataFrame,
+    *,
+    time_column: str,
+    watermark: str,
+    gap: str,
+    group_by: Sequence[str],
+    measures: Mapping[str, Column],
+) -> DataFrame:
+    """Session windows per ``group_by`` key: events closer than ``gap`` to each other form one session.
+
+    ``window_start`` is the session's first event, ``window_end`` its last event + ``gap`` (Spark's
+    ``session_window``). On a stream the watermark closes a session once it passes ``window_end``;
+    only then is it emitted (append mode). On a batch DataFrame the watermark changes nothing.
+    """
+    return (
+        events.withWatermark(time_column, watermark)
+        .groupBy(F.session_window(time_column, gap).alias("w"), *group_by)
+        .agg(*[column.alias(name) for name, column in measures.items()])
+        .select(
+            F.col("w.start").alias("window_start"),
+            F.col("w.end").alias("window_end"),
+            *group_by,
+            *measures,
+        )
+    )

@@ -63,7 +63,7 @@ def kill_groups(pgids: set[int]) -> None:
 
 
 def test_platform_end_to_end(spark, tmp_path: Path):
-    settings = Settings(state_dir=str(tmp_path / "state"), airflow_port=free_port())
+    settings = Settings(state_dir=str(tmp_path / "state"), airflow_port=free_port(), pipelines="rsvps")
     log = tmp_path / "platform.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("TIDEWATER_")}  # no fixture's settings leak in
     env.update({k: v for k, v in settings.to_env().items() if k in _PLATFORM_VARS})
@@ -175,6 +175,7 @@ def test_stream_outlives_airflow(broker, tmp_path: Path):
         airflow_port=free_port(),
         kafka_bootstrap_servers=broker.bootstrap_servers,
         kafka_topic_prefix=f"outlive-{os.getpid()}-",
+        pipelines="rsvps",  # one stream job is what this test is about
     )
     ensure_topic(settings, settings.topic(RSVPS.topic), 2)
     stop_generator = threading.Event()
@@ -261,4 +262,5 @@ def _by_partition(rows: list[dict[str, Any]]) -> dict[int, list[int]]:
 
 
 # The platform's own variables; the rest (TIDEWATER_KAFKA_BOOTSTRAP_SERVERS empty: embedded) stays default.
-_PLATFORM_VARS = {"TIDEWATER_STATE_DIR", "TIDEWATER_AIRFLOW_PORT"}
+# One pipeline: the test is about supervision, and a stream job per pipeline would share 2 cores.
+_PLATFORM_VARS = {"TIDEWATER_STATE_DIR", "TIDEWATER_AIRFLOW_PORT", "TIDEWATER_PIPELINES"}

@@ -20,7 +20,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, StringType, StructField, StructType, TimestampType
 
-from tidewater.pipelines.base import GoldTable, Pipeline
+from tidewater.pipelines.base import Pipeline, WindowAggregate
 from tidewater.pipelines.contract import Between, NotAfterArrival, Quality, Required
 from tidewater.pipelines.samples import EventContext, Payload, SampleEvents, set_field, truncated_json
 from tidewater.transforms import windowed_counts
@@ -82,7 +82,7 @@ PIPELINE = Pipeline(
     suites_dir=str(Path(__file__).parent / "suites"),
     sample_events=SAMPLE_EVENTS,
     gold=(
-        GoldTable(
+        WindowAggregate(
             name="per_meter_minute",
             description="Readings and kWh per meter, 1-minute tumbling windows",
             keys=("window_start", "meter"),

@@ -139,7 +139,10 @@ def test_history_without_snapshots_and_unreadable_lines():
 def test_control_params_are_checked_in_one_line():
     assert parse_control_params({"pipeline": "rsvps", "action": "resume"}) == ("rsvps", "resume")
     cases = [
-        ({"pipeline": "payments", "action": "start"}, "unknown pipeline 'payments': known pipelines are rsvps"),
+        (
+            {"pipeline": "payments", "action": "start"},
+            "unknown pipeline 'payments': known pipelines are pageviews, rsvps",
+        ),
         ({"pipeline": "rsvps", "action": "reboot"}, "action 'reboot' is not one of start, stop, restart, resume"),
         ({"pipeline": "rsvps"}, "action is required: one of start, stop, restart, resume"),
         ({"pipeline": "rsvps", "action": "stop", "force": True}, "unknown stream-control parameter(s) force"),

@@ -224,3 +224,33 @@ def test_selection_predicate_and_entities():
     assert Selection("t", interval, "name", ("O'Brien",)).sql().endswith("`name` IN ('O''Brien')")
     with pytest.raises(ConfigError, match="not a valid"):
         coerce_entities(["abc"], "venue_id", pa.int64())
+
+
+# ---- rows that merge (sessions) ---------------------------------------------------------------------
+
+
+def test_correction_removes_rows_the_recompute_no_longer_has_when_rows_merge():
+    """Two sessions bridged by a late event: the first grows, the second no longer exists."""
+    old = table(row(0, 1, 2, status="final", revision=0), row(45, 1, 2, status="final", revision=2), row(5, 2, 1))
+    merged = row(0, 1, 5, status="final")
+    supported = table(merged, row(5, 2, 1)).select(list(KEYS))
+    plan = plan_correction(old, table(merged, row(5, 2, 1, status="final")), KEYS, supported=supported)
+    gone = (T0 + dt.timedelta(minutes=45), 1, "yes")
+    assert plan.removed == (gone,)
+    kinds = {(c.window_start.minute, c.kind, c.revision) for c in plan.changes}
+    assert kinds == {(0, "changed", 1), (45, "removed", 3)}
+    assert gone not in by_key(plan.rows) and plan.finalized == 1
+
+
+def test_correction_never_removes_without_the_supported_keys():
+    """Windows do not merge: a row the recompute lacks stays (a correction only adds what was missed)."""
+    old = table(row(0, 1, 2, status="final"), row(45, 1, 2, status="final"))
+    plan = plan_correction(old, table(row(0, 1, 2, status="final")), KEYS)
+    assert plan.removed == () and plan.changes == () and plan.rows.num_rows == 0
+
+
+def test_an_open_session_is_supported_though_not_final():
+    """A row the recompute has, but not closed yet, is not removed (it is only not final)."""
+    old = table(row(0, 1, 2))
+    plan = plan_correction(old, table(), KEYS, supported=table(row(0, 1, 3)).select(list(KEYS)))
+    assert plan.removed == () and plan.changes == ()

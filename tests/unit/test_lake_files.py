@@ -310,6 +310,17 @@ def test_merge_insert_only(table: LakeTable) -> None:
     assert [(r["id"], r["name"]) for r in rows(table.uri)] == [(1, "n1"), (2, "n2"), (3, "upd3")]
 
 
+def test_merge_deletes_keys_in_the_same_commit(table: LakeTable) -> None:
+    """delete=: rows with those keys go, the upsert still applies, one commit; no helper column is left."""
+    append(table, make_batch([1, 2, 3]))
+    before = table.version()
+    source = pa.Table.from_batches([make_batch([2, 4], name="upd")])
+    result = table.merge(source, keys=["id"], delete=pa.table({"id": pa.array([3, 9], pa.int64())}))
+    assert result.committed and result.version == before + 1
+    assert [(r["id"], r["name"]) for r in rows(table.uri)] == [(1, "n1"), (2, "upd2"), (4, "upd4")]
+    assert DeltaTable(table.uri).schema().to_arrow().names == source.schema.names
+
+
 def test_replace_where(table: LakeTable) -> None:
     """Rows matching the predicate are replaced atomically; other rows stay."""
     append(table, make_batch([1, 2], DAY1))

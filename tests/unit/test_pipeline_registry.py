@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 
 import pytest
@@ -57,3 +58,22 @@ def test_two_declarations_of_one_name_are_refused(tmp_path):
 def test_the_setting_is_checked():
     with pytest.raises(ConfigError, match="TIDEWATER_PIPELINE_MODULES"):
         Settings.from_env({"TIDEWATER_PIPELINE_MODULES": "a b;c"})
+
+
+def test_table_kinds_declare_their_stream_mode_and_feed():
+    """A window is fed by a window either side and updated in place; a session by its gap either side,
+    emitted once closed, widened while it grows, and merged by late data."""
+    pageviews = get_pipeline("pageviews")
+    hourly, sessions = pageviews.gold_table("views_per_visitor_hour"), pageviews.gold_table("visitor_sessions")
+    assert hourly.output_mode == "update" and not hourly.grows_until_quiet and not hourly.rows_merge
+    assert hourly.feed_margins() == (dt.timedelta(hours=1), dt.timedelta(hours=1))
+    assert sessions.output_mode == "append" and sessions.grows_until_quiet and sessions.rows_merge
+    assert sessions.feed_margins() == (dt.timedelta(minutes=30), dt.timedelta(minutes=30))
+
+
+def test_the_deployment_runs_the_pipelines_it_names(monkeypatch):
+    monkeypatch.setenv("TIDEWATER_PIPELINES", "pageviews")
+    assert list(all_pipelines()) == ["pageviews"]
+    monkeypatch.setenv("TIDEWATER_PIPELINES", "pageviews, nope")
+    with pytest.raises(ConfigError, match=r"TIDEWATER_PIPELINES=.*nope not declared; declared: pageviews, rsvps"):
+        all_pipelines()

@@ -238,12 +238,13 @@ def test_platform_feeds_every_pipeline_with_sample_events(
             sent[topic] = (config.rate, kwargs["events"])
 
     monkeypatch.setattr(producer, "produce", fake_produce)
-    settings = Settings(kafka_bootstrap_servers="127.0.0.1:1", kafka_topic_prefix="p-")
+    settings = Settings(kafka_bootstrap_servers="127.0.0.1:1", kafka_topic_prefix="p-", pipeline_modules=registered)
     generators = start_generator(settings, rate=40, seed=1, stop=threading.Event())
     generators.join(timeout=10)
-    assert generators.pipelines == ["rsvps", "toy"]  # not "bare": it declares none
+    assert generators.pipelines == ["pageviews", "rsvps", "toy"]  # not "bare": it declares none
     assert generators.error is None
     assert sent == {
+        "p-pageviews": (40, get_pipeline("pageviews").sample_events),
         "p-rsvps": (40, get_pipeline("rsvps").sample_events),
         "p-toy-readings": (40, events),  # each pipeline at the full rate
     }

@@ -5,8 +5,10 @@ windows of ``[start, end)`` that are closed (``window_end <= latest silver event
 delay``) this recomputes gold from silver with the pipeline's own transform and compares it with
 the published rows. A row is affected when its measures differ or when it is missing (a window
 that only late events fed); affected rows are upserted as ``final`` with ``revision + 1`` and one
-ledger entry each. Closed rows that already agree only have their status set to ``final``. A
-rerun finds nothing to change: no gold commit, no ledger entry.
+ledger entry each. Closed rows that already agree only have their status set to ``final``. For a
+kind whose rows merge (sessions: a late event between two sessions of a key bridges them), a closed
+published row that the recompute no longer has at all is deleted, with a ledger entry whose new
+value is null. A rerun finds nothing to change: no gold commit, no ledger entry.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from __future__ import annotations
 import datetime as dt
 import time
 
-from pyspark.sql import SparkSession
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from tidewater.batch import sources
@@ -25,7 +28,7 @@ from tidewater.batch.ledger import Ledger, entries_for
 from tidewater.batch.predicates import Selection
 from tidewater.batch.result import BatchResult, TableOutcome
 from tidewater.batch.targets import check_run_id, commit_metadata, ensure_tables
-from tidewater.batch.windows import closed_before, feed_interval, interval_gold
+from tidewater.batch.windows import closed_before, interval_gold
 from tidewater.config import Settings
 from tidewater.lake.tables import CommitResult
 from tidewater.pipelines.base import FINAL, GoldTable, Pipeline
@@ -53,14 +56,15 @@ def correct_late_data(
     silver = layout.table("silver")
     silver.open()  # no silver, nothing to correct from: one-line LakePathError
     ensure_tables(spark, layout, [f"gold/{g.name}" for g in pipeline.gold])
-    closed = closed_before(sources.max_event_time(spark, silver, pipeline.event_time), pipeline.watermark)
+    high = sources.max_event_time(spark, silver, pipeline.event_time)
+    closed = closed_before(high, pipeline.watermark)
     meta = commit_metadata(run_id=run_id, mode=MODE, interval=interval, source=f"silver:{layout.namespace}")
     ledger = Ledger(layout.ledger_uri(), lock=layout.ledger_lock())
     at = dt.datetime.now(dt.UTC)
     tables: dict[str, TableOutcome] = {}
     ledger_version = None
     for gold in pipeline.gold:
-        outcome, version = _correct_gold(spark, layout, gold, interval, closed, ledger, meta, run_id, at)
+        outcome, version = _correct_gold(spark, layout, gold, interval, closed, high, ledger, meta, run_id, at)
         tables[f"gold/{gold.name}"] = outcome
         ledger_version = version if version is not None else ledger_version
     return BatchResult(
@@ -84,6 +88,7 @@ def _correct_gold(
     gold: GoldTable,
     interval: Interval,
     closed: dt.datetime | None,
+    high: dt.datetime | None,
     ledger: Ledger,
     meta: dict[str, str],
     run_id: str,
@@ -95,15 +100,24 @@ def _correct_gold(
     if closed is None:  # silver is empty: no window is closed
         return TableOutcome.of(CommitResult(False, table.version())), None
     windows = Selection("window_start", interval)
-    feed = Selection(pipeline.event_time, feed_interval(gold, interval))
+
+    def read(feed: Interval) -> DataFrame:
+        return sources.silver_for(spark, layout.table("silver"), pipeline, Selection(pipeline.event_time, feed))
+
     # Held from the silver read until the commit: a stream commit to this table in between would make
     # our comparison stale and our upsert overwrite it.
     with layout.lock(name).hold(f"batch {MODE} {interval} run {run_id}"):
-        events = sources.silver_for(spark, layout.table("silver"), pipeline, feed)
-        new = interval_gold(gold, events, windows, closed).where(F.col("status") == FINAL).toArrow()
+        rows, events = interval_gold(gold, read, windows, closed, high=high)
+        recomputed = rows.persist()
+        try:
+            new = recomputed.where(F.col("status") == FINAL).toArrow()
+            # A kind whose rows merge (sessions) loses a closed row that silver no longer supports.
+            supported = recomputed.select(*gold.keys).toArrow() if gold.rows_merge else None
+        finally:
+            recomputed.unpersist()
         old = sources.gold_for(spark, table, windows)
-        plan = plan_correction(old, new, gold.keys)
-        if plan.rows.num_rows == 0:
+        plan = plan_correction(old, new, gold.keys, supported=supported)
+        if plan.rows.num_rows == 0 and not plan.removed:
             return TableOutcome.of(CommitResult(False, table.version())), None
         version = None
         entries = []
@@ -114,5 +128,8 @@ def _correct_gold(
             entries = entries_for(name, plan.changes, late, run_id=run_id, mode=MODE, at=at)
             recorded = ledger.record(spark, entries, metadata=meta)
             version = None if recorded is None else recorded.version
-        result = table.merge(plan.rows, keys=gold.keys, metadata=meta, target_filter=windows.sql("t"))
+        removed = pa.Table.from_pylist(
+            [dict(zip(gold.keys, key, strict=True)) for key in plan.removed], schema=new.select(gold.keys).schema
+        )
+        result = table.merge(plan.rows, keys=gold.keys, metadata=meta, target_filter=windows.sql("t"), delete=removed)
     return TableOutcome.of(result, ledger_entries=len(entries), finalized=plan.finalized), version

@@ -75,6 +75,7 @@ class Reconciled:
     rows: pa.Table  # what to write (schema of ``new``)
     changes: tuple[RowChange, ...]  # what the ledger must record
     finalized: int = 0  # rows whose status alone became final (no ledger entry: values unchanged)
+    removed: tuple[Key, ...] = ()  # keys of published rows to delete (their changes are in ``changes``)
 
 
 def index_rows(table: pa.Table, keys: Sequence[str]) -> dict[Key, dict[str, Any]]:
@@ -136,14 +137,18 @@ def reconcile_recompute(old: pa.Table, new: pa.Table, keys: Sequence[str]) -> Re
     return Reconciled(_table(out, new.schema), tuple(changes))
 
 
-def plan_correction(old: pa.Table, new: pa.Table, keys: Sequence[str]) -> Reconciled:
+def plan_correction(
+    old: pa.Table, new: pa.Table, keys: Sequence[str], *, supported: pa.Table | None = None
+) -> Reconciled:
     """Upserts for closed windows (``new`` holds only those, recomputed from silver).
 
     Affected rows (measures differ, or the window is missing from gold because only late events
     fed it) become final with revision + 1 and one ledger entry each; unchanged rows that are not
     final yet have their status alone flipped to final. Gold rows silver does not support are left
-    alone: a correction adds what the stream missed, it never deletes. Nothing to do gives no rows,
-    so a rerun commits nothing.
+    alone (a correction adds what the stream missed), unless ``supported`` is given: the keys of every
+    row the recompute has, closed or not, for a kind whose rows merge (sessions bridged by a late
+    event). A published row whose key is not among them no longer exists: it is removed, with one
+    ledger entry. Nothing to do gives no rows and no removals, so a rerun commits nothing.
     """
     measures = measure_columns(new.column_names, keys)
     before = index_rows(old, keys)
@@ -165,4 +170,12 @@ def plan_correction(old: pa.Table, new: pa.Table, keys: Sequence[str]) -> Reconc
         elif prior.get("status") != FINAL:
             out.append({**prior, "status": FINAL, "revision": revision})
             finalized += 1
-    return Reconciled(_table(out, new.schema), tuple(changes), finalized)
+    removed: list[Key] = []
+    if supported is not None:
+        exists = {tuple(row[k] for k in keys) for row in supported.select(list(keys)).to_pylist()}
+        for key, prior in _sorted(before):
+            if key not in exists:
+                old_values = {m: prior.get(m) for m in measures}
+                changes.append(_change(prior, keys, old_values, None, int(prior.get("revision") or 0) + 1))
+                removed.append(key)
+    return Reconciled(_table(out, new.schema), tuple(changes), finalized, tuple(removed))

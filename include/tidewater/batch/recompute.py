@@ -50,7 +50,7 @@ from tidewater.batch.predicates import Selection, coerce_entities
 from tidewater.batch.requests import BRONZE, KAFKA, SANDBOX, ReplayRequest
 from tidewater.batch.result import BatchResult, TableOutcome
 from tidewater.batch.targets import check_run_id, commit_metadata, ensure_tables
-from tidewater.batch.windows import closed_before, feed_interval, interval_gold
+from tidewater.batch.windows import closed_before, interval_gold
 from tidewater.config import Settings
 from tidewater.errors import ConfigError
 from tidewater.lake.reads import read_table
@@ -230,12 +230,13 @@ def rebuild(spark: SparkSession, plan: Rebuild) -> BatchResult:
             sources.max_event_time(spark, silver_table, pipeline.event_time),
         ]
         known = [h for h in highs if h is not None]
-        closed = closed_before(max(known) if known else None, pipeline.watermark)
+        high = max(known) if known else None
+        closed = closed_before(high, pipeline.watermark)
         ledger = Ledger(target.ledger_uri(), lock=target.ledger_lock())
         at = dt.datetime.now(dt.UTC)
         ledger_entries, ledger_version = 0, None
         for gold in pipeline.gold:
-            outcome, version = _rebuild_gold(spark, plan, gold, source, closed, ledger, meta, at)
+            outcome, version = _rebuild_gold(spark, plan, gold, source, closed, high, ledger, meta, at)
             tables[f"gold/{gold.name}"] = outcome
             ledger_entries += outcome.ledger_entries
             ledger_version = version if version is not None else ledger_version
@@ -270,9 +271,12 @@ def _result(
 
 
 def _source_silver(spark: SparkSession, plan: Rebuild, held: DataFrame | None) -> DataFrame:
-    """Every silver row the source yields from ``start - clock skew`` on (not yet cut to the interval)."""
+    """Every silver row the source yields from ``start - clock skew - the widest gold feed margin`` on
+    (not yet cut to the interval): a sandbox feeds its gold from these rows, and a session starting in
+    the interval is only told apart from one that started earlier by the events before it."""
     pipeline = plan.pipeline
-    since = plan.interval.start - parse_duration(pipeline.clock_skew_tolerance)
+    margin = max((g.feed_margins()[0] for g in pipeline.gold), default=dt.timedelta(0))
+    since = plan.interval.start - parse_duration(pipeline.clock_skew_tolerance) - margin
     if plan.source == KAFKA:
         bronze = sources.kafka_since(spark, plan.source_layout.settings, pipeline, since)
     else:
@@ -302,25 +306,29 @@ def _rebuild_gold(
     gold: GoldTable,
     source: DataFrame | None,
     closed: dt.datetime | None,
+    high: dt.datetime | None,
     ledger: Ledger,
     meta: dict[str, str],
     at: dt.datetime,
 ) -> tuple[TableOutcome, int | None]:
-    """Replace the windows starting in the interval; record changes of final rows first."""
+    """Replace the rows starting in the interval; record changes of final rows first."""
     pipeline, target = plan.pipeline, plan.target
     name = f"gold/{gold.name}"
     table = target.table(name)
     windows = Selection("window_start", plan.interval, plan.entity_column, plan.entities)
-    feed = Selection(pipeline.event_time, feed_interval(gold, plan.interval), plan.entity_column, plan.entities)
+
+    def read(feed: Interval) -> DataFrame:
+        selection = Selection(pipeline.event_time, feed, plan.entity_column, plan.entities)
+        if plan.sandbox:  # the sandbox's silver holds only the interval: feed gold from the source itself
+            assert source is not None, "a sandbox rebuild writes silver and gold together"
+            return source.where(selection.column())
+        return sources.silver_for(spark, target.table("silver"), pipeline, selection)
+
     # Held from the silver read until the commit, so no stream commit to this gold table falls between
     # the rows we compare against and the rows we replace.
     with target.lock(name).hold(plan.purpose):
-        if plan.sandbox:  # the sandbox's silver holds only the interval: feed gold from the source itself
-            assert source is not None, "a sandbox rebuild writes silver and gold together"
-            events = source.where(feed.column())
-        else:
-            events = sources.silver_for(spark, target.table("silver"), pipeline, feed)
-        new = interval_gold(gold, events, windows, closed).toArrow()
+        rows, events = interval_gold(gold, read, windows, closed, high=high)
+        new = rows.toArrow()
         old = sources.gold_for(spark, table, windows)
         reconciled = reconcile_recompute(old, new, gold.keys)
         entries = []

@@ -1,29 +1,33 @@
-"""Gold rows of an interval, as a batch computes them: pure DataFrame transforms, no I/O.
+"""Gold rows of an interval, as a batch computes them: the stream's transforms over a bounded read.
 
-A window belongs to the interval its *start* lies in, so every run of a schedule of adjacent
-intervals owns each window exactly once. The window ``[s, s + length)`` with ``s`` in
-``[start, end)`` is fed by events of ``[start, end + length)``; the feed read here,
-``[start - length, end + length)``, is one window wider on the left, which costs little and keeps
-the rule easy to check.
+A gold row belongs to the interval its ``window_start`` lies in, so every run of a schedule of
+adjacent intervals owns each row exactly once. How much silver around the interval feeds those rows
+is the table kind's to say (:meth:`GoldTable.feed_margins`); a kind whose rows grow while events
+keep coming (sessions) has its read widened here until no row it owns reaches the read's end.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from tidewater.batch.interval import Interval
 from tidewater.batch.predicates import Selection
+from tidewater.batch.sources import max_of
 from tidewater.pipelines.base import FINAL, PROVISIONAL, GoldTable
 from tidewater.times import parse_duration
 
+# Widening a session table's read more often than this means sessions that never end: refuse.
+MAX_WIDENINGS = 64
+
 
 def feed_interval(gold: GoldTable, interval: Interval) -> Interval:
-    """Event times of silver that can fall into windows starting in ``interval``."""
-    length = parse_duration(gold.window)
-    return interval.widened(length, length)
+    """Event times of silver that feed the rows starting in ``interval`` (before any widening)."""
+    before, after = gold.feed_margins()
+    return interval.widened(before, after)
 
 
 def closed_before(high: dt.datetime | None, watermark: str) -> dt.datetime | None:
@@ -32,11 +36,32 @@ def closed_before(high: dt.datetime | None, watermark: str) -> dt.datetime | Non
     return None if high is None else high - parse_duration(watermark)
 
 
-def interval_gold(gold: GoldTable, silver: DataFrame, selection: Selection, closed: dt.datetime | None) -> DataFrame:
-    """``gold.rows`` of the windows ``selection`` picks (on ``window_start``), each final when closed."""
+def interval_gold(
+    gold: GoldTable,
+    read: Callable[[Interval], DataFrame],
+    windows: Selection,
+    closed: dt.datetime | None,
+    *,
+    high: dt.datetime | None,
+) -> tuple[DataFrame, DataFrame]:
+    """(``gold.rows`` of the rows ``windows`` picks, each final when closed; the silver events read).
+
+    ``read(feed)`` returns silver of an event-time interval; ``high`` is the latest event time silver
+    holds (no read past it can find more events)."""
+    feed = feed_interval(gold, windows.interval)
+    for _ in range(MAX_WIDENINGS):
+        events = read(feed)
+        rows = with_status(gold.rows(events).where(windows.column()), closed)
+        if not gold.grows_until_quiet or high is None or feed.end > high:
+            return rows, events
+        reach = max_of(rows, "window_end")
+        if reach is None or reach <= feed.end:
+            return rows, events
+        feed = Interval(feed.start, reach)  # a row ends past the read: events after it may continue it
+    raise RuntimeError(f"{gold.name}: rows of {windows.interval} still grow after {MAX_WIDENINGS} widenings")
+
+
+def with_status(rows: DataFrame, closed: dt.datetime | None) -> DataFrame:
+    """Rows ending at or before ``closed`` (the watermark) are final, the rest provisional."""
     is_final = F.lit(False) if closed is None else F.col("window_end") <= F.lit(closed)
-    return (
-        gold.rows(silver)
-        .where(selection.column())
-        .withColumn("status", F.when(is_final, F.lit(FINAL)).otherwise(F.lit(PROVISIONAL)))
-    )
+    return rows.withColumn("status", F.when(is_final, F.lit(FINAL)).otherwise(F.lit(PROVISIONAL)))

@@ -233,14 +233,24 @@ class LakeTable:
         keep: Sequence[str] = (),
         prune: Mapping[str, Sequence[str]] | None = None,
         target_filter: str | None = None,
+        delete: pa.Table | None = None,
     ) -> CommitResult:
         """Upsert ``source`` on ``keys`` (or insert-only when ``update`` is False); a matched row keeps
-        its values of the ``keep`` columns.
+        its values of the ``keep`` columns. Rows matching a key of ``delete`` (key columns only) are
+        deleted in the same commit.
 
         ``prune`` ({partition column: values}) restricts the target side to those partitions and
         ``target_filter`` (SQL on alias ``t``) further, so the merge reads only files that can match.
         """
-        table, source, skipped = self._prepare_arrow_write(source, app_id, batch_id, allow_empty=False)
+        deleting = delete is not None and delete.num_rows > 0
+        if deleting:
+            source = source.cast(pa.schema([f.with_nullable(True) for f in source.schema]))  # deletions: nulls
+            source = pa.concat_tables(
+                [source.append_column(_DELETE, pa.repeat(False, source.num_rows)), _deletions(delete, source.schema)]
+            )
+        table, source, skipped = self._prepare_arrow_write(
+            source, app_id, batch_id, allow_empty=False, extra=(_DELETE,) if deleting else ()
+        )
         if skipped is not None:
             return skipped
         predicate = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
@@ -256,12 +266,16 @@ class LakeTable:
             target_alias="t",
             commit_properties=self._commit_properties(app_id, batch_id, metadata),
         )
-        if update and keep:
-            columns = [c for c in source.schema.names if c not in keep]
-            merger = merger.when_matched_update(updates={f"`{c}`": f"s.`{c}`" for c in columns})
-        elif update:
-            merger = merger.when_matched_update_all()
-        merger.when_not_matched_insert_all().execute()
+        columns = [c for c in source.schema.names if c != _DELETE]
+        only_upserts = f"NOT s.`{_DELETE}`" if deleting else None
+        if deleting:
+            merger = merger.when_matched_delete(predicate=f"s.`{_DELETE}`")
+        if update:
+            kept = [c for c in columns if c not in keep]
+            merger = merger.when_matched_update(updates={f"`{c}`": f"s.`{c}`" for c in kept}, predicate=only_upserts)
+        merger.when_not_matched_insert(
+            updates={f"`{c}`": f"s.`{c}`" for c in columns}, predicate=only_upserts
+        ).execute()
         table.update_incremental()
         return CommitResult(True, int(table.version()), rows=source.num_rows)
 
@@ -310,15 +324,24 @@ class LakeTable:
         return CommitResult(True, int(table.version()), rows=source.num_rows)
 
     def _prepare_arrow_write(
-        self, source: pa.Table, app_id: str | None, batch_id: int | None, *, allow_empty: bool
+        self,
+        source: pa.Table,
+        app_id: str | None,
+        batch_id: int | None,
+        *,
+        allow_empty: bool,
+        extra: Sequence[str] = (),
     ) -> tuple[DeltaTable, pa.Table, CommitResult | None]:
         """Open the table; say "skip" for an already committed batch (or an empty source unless
-        ``allow_empty``); otherwise return the source in the table's column order and types."""
+        ``allow_empty``); otherwise return the source in the table's column order and types (plus the
+        ``extra`` columns of the source, as they are)."""
         table = self.open()
         committed = app_id is not None and batch_id is not None and self.already_committed(app_id, batch_id, table)
         if committed or (source.num_rows == 0 and not allow_empty):
             return table, source, CommitResult(False, int(table.version()))
         schema = self.arrow_schema(table)
+        for name in extra:
+            schema = schema.append(source.schema.field(name))
         return table, source.select(schema.names).cast(schema), None
 
     @staticmethod
@@ -340,6 +363,19 @@ class LakeTable:
         except (FileNotFoundError, OSError):
             return None
         return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+# The merge source's flag for rows to delete (see LakeTable.merge).
+_DELETE = "_tidewater_delete"
+
+
+def _deletions(keys: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Key rows to delete, in the merge source's schema: other columns null, the delete flag set."""
+    columns = {
+        f.name: keys.column(f.name).cast(f.type) if f.name in keys.column_names else pa.nulls(keys.num_rows, f.type)
+        for f in schema
+    }
+    return pa.table({**columns, _DELETE: pa.repeat(True, keys.num_rows)})
 
 
 def _text(value: Any) -> str | None:

@@ -79,7 +79,7 @@ def cmd_platform(args: argparse.Namespace, settings: Settings) -> int:
         settings = settings.replace(batch_start_date=settings.batch_start_date or state.first_start_hour())
         from tidewater.generator.producer import ensure_topic
 
-        for pipeline in all_pipelines().values():
+        for pipeline in all_pipelines(settings).values():
             ensure_topic(settings, settings.topic(pipeline.topic), settings.kafka_topic_partitions)
         if args.rate > 0:
             generator = start_generator(settings, rate=args.rate, seed=args.seed, stop=stopper.event)
@@ -136,7 +136,7 @@ def cmd_streams(args: argparse.Namespace, settings: Settings) -> int:
     from tidewater.orchestration.supervisor import StreamControl
     from tidewater.pipelines import all_pipelines
 
-    for name in sorted(all_pipelines()):
+    for name in sorted(all_pipelines(settings)):
         control = StreamControl(settings, name, args.namespace)
         if args.action == "stop":
             control.set_desired("stopped", by="tidewater streams stop")

@@ -218,7 +218,7 @@ def start_generator(settings: Settings, *, rate: float, seed: int, stop: threadi
 
     threads = [
         GeneratorThread(settings, pipeline, rate=rate, seed=seed, stop=stop)
-        for _, pipeline in sorted(all_pipelines().items())
+        for _, pipeline in sorted(all_pipelines(settings).items())
         if pipeline.sample_events is not None
     ]
     for thread in threads:
@@ -237,7 +237,7 @@ class StreamReporter:
         from tidewater.pipelines import all_pipelines
 
         lines = []
-        for name in sorted(all_pipelines()):
+        for name in sorted(all_pipelines(self.settings)):
             health = StreamControl(self.settings, name).health()
             lines.append(f"{table_report(self.settings, name)}\n    stream {health.summary()}")
         return "\n".join(lines)
@@ -249,7 +249,7 @@ def stop_streams(settings: Settings) -> None:
     from tidewater.orchestration.supervisor import StreamControl
     from tidewater.pipelines import all_pipelines
 
-    for name in sorted(all_pipelines()):
+    for name in sorted(all_pipelines(settings)):
         control = StreamControl(settings, name)
         if control.lease_pids() or control.driver():
             health = control.stop(reason="platform stopping")

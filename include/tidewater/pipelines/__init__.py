@@ -16,16 +16,38 @@ from types import ModuleType
 
 from tidewater.config import Settings
 from tidewater.errors import ConfigError, PipelineError
-from tidewater.pipelines.base import GoldTable, Pipeline
+from tidewater.pipelines.base import GoldTable, Pipeline, SessionAggregate, WindowAggregate
 
-__all__ = ["GoldTable", "Pipeline", "all_pipelines", "get_pipeline", "pipeline_option"]
+__all__ = [
+    "GoldTable",
+    "Pipeline",
+    "SessionAggregate",
+    "WindowAggregate",
+    "all_pipelines",
+    "get_pipeline",
+    "pipeline_option",
+]
 
 _NOT_PIPELINES = {"base", "cli", "contract", "layout", "samples"}
 
 
-def all_pipelines() -> dict[str, Pipeline]:
-    """Every declared pipeline by name: this package's modules, then the configured extra modules."""
-    return _discover(Settings.from_env().pipeline_modules)
+def all_pipelines(settings: Settings | None = None) -> dict[str, Pipeline]:
+    """Every pipeline this deployment runs, by name: this package's modules, then the configured extra
+    modules, kept to those ``TIDEWATER_PIPELINES`` names when it is set (``settings``: the environment's)."""
+    settings = settings or Settings.from_env()
+    return _enabled(_discover(settings.pipeline_modules), settings.pipelines)
+
+
+def _enabled(found: dict[str, Pipeline], names: str) -> dict[str, Pipeline]:
+    wanted = [name.strip() for name in names.split(",") if name.strip()]
+    if not wanted:
+        return found
+    unknown = [name for name in wanted if name not in found]
+    if unknown:
+        raise ConfigError(
+            f"TIDEWATER_PIPELINES={names}: {', '.join(unknown)} not declared; declared: {', '.join(sorted(found))}"
+        )
+    return {name: found[name] for name in wanted}
 
 
 @cache

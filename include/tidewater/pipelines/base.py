@@ -8,8 +8,10 @@ batch recomputes, checkpoints) is derived from it.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -22,6 +24,7 @@ from tidewater.connectors.kafka_client import SPARK_RECORD_DDL
 from tidewater.dedup import CONFLICT_SCHEMA
 from tidewater.pipelines.contract import Constraint, Quality
 from tidewater.pipelines.samples import SampleEvents
+from tidewater.times import parse_duration
 
 GoldBuilder = Callable[[DataFrame], DataFrame]
 
@@ -34,22 +37,79 @@ STATUS_COLUMNS = ("status", "revision")  # revision: how many corrections change
 
 @dataclass(frozen=True, kw_only=True)
 class GoldTable:
-    """An event-time window aggregate computed from silver and upserted on ``keys``.
+    """A table derived from silver by a pure ``build`` and upserted on ``keys``: the kinds below.
 
-    ``build`` must return ``window_start`` and ``window_end`` columns (see
-    :func:`tidewater.transforms.windowed_counts`); ``window`` is the window length, which tells a
-    recompute of an interval how much silver around it feeds the interval's windows.
+    Every gold row spans event time from ``window_start`` (inclusive) to ``window_end`` (exclusive)
+    and belongs to the batch interval its ``window_start`` lies in, so adjacent intervals own each row
+    once. A kind says what the platform cannot guess from ``build`` alone:
+
+    * :attr:`output_mode`: how the stream emits rows (``update``: every change of an open row;
+      ``append``: a row once, when the watermark closes it);
+    * :meth:`feed_margins`: how much silver around an interval feeds the rows starting in it;
+    * :attr:`grows_until_quiet`: a row may reach past any fixed margin (a session goes on while
+      events keep coming), so a bounded recompute widens its feed until no row it owns touches the edge;
+    * :attr:`rows_merge`: a late event may merge two published rows into one (sessions), so a
+      correction removes the row that no longer exists, with a ledger entry.
     """
 
     name: str
     description: str
     keys: tuple[str, ...]
-    window: str  # e.g. "5 minutes"
     build: GoldBuilder  # silver -> gold rows; pure, sets its own watermark
+
+    output_mode: ClassVar[str] = "update"
+    grows_until_quiet: ClassVar[bool] = False
+    rows_merge: ClassVar[bool] = False
 
     def rows(self, silver: DataFrame, *, status: str = PROVISIONAL) -> DataFrame:
         """Gold rows as published: the aggregate, whether it may still change, and its revision."""
         return self.build(silver).withColumns({"status": F.lit(status), "revision": F.lit(0).cast("int")})
+
+    def feed_margins(self) -> tuple[dt.timedelta, dt.timedelta]:
+        """(before, after): rows starting in ``[start, end)`` are fed by silver of
+        ``[start - before, end + after)`` (widened further while :attr:`grows_until_quiet` rows reach
+        its end)."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, kw_only=True)
+class WindowAggregate(GoldTable):
+    """Fixed event-time windows: tumbling, or hopping (see :func:`tidewater.transforms.windowed_counts`).
+
+    ``window`` is the window length: the window ``[s, s + length)`` with ``s`` in ``[start, end)`` is
+    fed by events of ``[start, end + length)``; the feed read is one window wider on the left too,
+    which costs little and keeps the rule easy to check.
+    """
+
+    window: str  # e.g. "5 minutes"
+
+    def feed_margins(self) -> tuple[dt.timedelta, dt.timedelta]:
+        length = parse_duration(self.window)
+        return length, length
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionAggregate(GoldTable):
+    """Session windows per key: a session ends after ``gap`` without events (see
+    :func:`tidewater.transforms.session_aggregates`); ``window_end`` is the last event + ``gap``.
+
+    Spark emits a streaming session once, when the watermark passes its end (append mode: a session's
+    bounds change as it grows, so "update" has no key to upsert on). A bounded recompute of sessions
+    starting in ``[start, end)`` reads from ``start - gap``: a session computed from that read that
+    starts at ``s >= start`` had no event in ``[s - gap, s)``, so it truly starts at ``s``; on the
+    right, the read is widened until no session it owns ends past the read's end. A late event that
+    falls between two sessions of a key bridges them: the correction replaces both with one.
+    """
+
+    gap: str  # e.g. "30 minutes"
+
+    output_mode: ClassVar[str] = "append"
+    grows_until_quiet: ClassVar[bool] = True
+    rows_merge: ClassVar[bool] = True
+
+    def feed_margins(self) -> tuple[dt.timedelta, dt.timedelta]:
+        gap = parse_duration(self.gap)
+        return gap, gap
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,7 +126,7 @@ class Pipeline:
     key: str = "event_id"
     event_time: str = "event_time"
     watermark: str = "2 minutes"
-    gold: tuple[GoldTable, ...] = ()
+    gold: tuple[GoldTable, ...] = ()  # WindowAggregate, SessionAggregate, ...
     partition_column: str = "event_date"
     # how far event time may run ahead of the clock before it counts as "in the future" (quarantined)
     clock_skew_tolerance: str = "5 minutes"

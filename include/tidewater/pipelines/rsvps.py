@@ -20,7 +20,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType, TimestampType
 
-from tidewater.pipelines.base import GoldTable, Pipeline
+from tidewater.pipelines.base import Pipeline, WindowAggregate
 from tidewater.pipelines.contract import Between, NotAfterArrival, OneOf, Quality, Required
 from tidewater.pipelines.samples import (
     EventContext,
@@ -266,14 +266,14 @@ PIPELINE = Pipeline(
         blocking_suites=("bronze", "silver", "reconciliation"),
     ),
     gold=(
-        GoldTable(
+        WindowAggregate(
             name="venue_response_counts",
             description="RSVPs per venue and response, 1-minute tumbling windows",
             keys=("window_start", "venue_id", "response"),
             window="1 minute",
             build=venue_response_counts,
         ),
-        GoldTable(
+        WindowAggregate(
             name="trending_venues",
             description="RSVPs and yes answers per venue, 5-minute windows every minute",
             keys=("window_start", "window_end", "venue_id"),

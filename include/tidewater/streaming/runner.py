@@ -181,7 +181,7 @@ class PipelineStreams:
             )
             writer = (
                 gold.rows(transforms.watermark_safe(silver, self.pipeline.event_time, self.pipeline.max_event_lead))
-                .writeStream.outputMode("update")
+                .writeStream.outputMode(gold.output_mode)
                 .foreachBatch(
                     GoldWriter(
                         gold,

@@ -218,7 +218,9 @@ class BronzeSilverWriter:
 
 
 class GoldWriter:
-    """Updated window aggregates -> MERGE on the window keys (update-mode output)."""
+    """Gold rows the stream emits -> MERGE on the table's keys: the windows a micro-batch updated
+    (update mode), or the sessions it closed (append mode; a batch recompute may have written a
+    provisional copy of one already)."""
 
     def __init__(self, gold: GoldTable, *, table: LakeTable, app_id: str, query: str, lock: TableLock | None = None):
         self.gold = gold
