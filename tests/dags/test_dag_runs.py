@@ -37,6 +37,7 @@ def world(broker, tmp_path_factory: pytest.TempPathFactory, spark) -> dict[str, 
     from tidewater.config import Settings
 
     settings = Settings(
+        pipelines="rsvps",  # the DAGs of this deployment: rsvps only (pageviews' are the same code)
         state_dir=str(tmp_path_factory.mktemp("dagruns") / "state"),
         kafka_bootstrap_servers=broker.bootstrap_servers,
         kafka_topic_prefix=f"dagruns-{id(tmp_path_factory):x}-",
@@ -86,6 +87,8 @@ def test_batch_dag_recomputes_an_hour_like_the_stream(airflow_home, world, spark
         ("audit_interval", "rsvps.reconciliation"),
         ("audit_gold", "rsvps.gold.venue_response_counts"),
         ("audit_gold", "rsvps.gold.trending_venues"),
+        ("audit_gold", "rsvps.parity.gold.venue_response_counts"),
+        ("audit_gold", "rsvps.parity.gold.trending_venues"),
     }, audits
     assert all(r["success"] and r["trigger"] == "manual" for r in audits)
     assert all(r["interval_start"].isoformat().startswith("2026-11-21T10:00:00") for r in audits)

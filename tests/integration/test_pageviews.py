@@ -13,6 +13,8 @@ Python, independently of Spark: the hourly counts per visitor and the sessions (
 3. A late view between two sessions of a visitor bridges them: the stream drops it (behind the
    watermark); the late-data correction merges the two sessions into one (ledger: one changed, one
    removed) and fixes the hour's count; a rerun changes nothing.
+4. The parity audit (what the batch DAG runs after publishing gold) passes, and names a row that
+   drifts from what the transforms give.
 """
 
 from __future__ import annotations
@@ -27,11 +29,13 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
 from pipeline_helpers import run_stream, send, wait_for
 from tidewater.batch.correction import correct_late_data
+from tidewater.batch.interval import Interval
 from tidewater.batch.ledger import Ledger
 from tidewater.batch.recompute import recompute_interval
 from tidewater.config import Settings
@@ -39,6 +43,7 @@ from tidewater.generator.producer import ensure_topic
 from tidewater.pipelines import get_pipeline
 from tidewater.pipelines.layout import PipelineLayout
 from tidewater.processes import stop_process_group
+from tidewater.quality.audit import AuditRequest, run_audit
 from tidewater.streaming.jobs import launch_stream_job
 
 pytestmark = pytest.mark.slow
@@ -305,3 +310,26 @@ def test_a_late_view_bridging_two_sessions_is_corrected_with_a_ledger(lake, spar
 
     again = correct_late_data(spark, settings, PAGEVIEWS, HOUR, HOUR.replace(hour=12), run_id="pv-late-2")
     assert again.ledger_entries == 0
+
+
+def test_the_parity_audit_passes_and_names_a_row_that_drifts(lake, spark):
+    settings, layout = lake["settings"], lake["layout"]
+    request = AuditRequest(pipeline=PAGEVIEWS, interval=Interval(HOUR, HOUR.replace(hour=12)), checks=("parity",))
+    result = run_audit(spark, settings, request)
+    assert {r.suite: r.success for r in result.rows} == {
+        "pageviews.parity.gold.views_per_visitor_hour": True,
+        "pageviews.parity.gold.visitor_sessions": True,
+    }
+    sessions_row = next(r for r in result.rows if r.table_name == "gold/visitor_sessions")
+    assert sessions_row.rows == sum(
+        1 for end, *_ in sessions([*lake["views"], late_bridge()]).values() if end <= RESUMED_UNTIL - WATERMARK
+    )
+
+    # A published session whose views no run of the transforms explains: the audit names it.
+    table = layout.table("gold/visitor_sessions")
+    drifted = [r for r in DeltaTable(table.uri).to_pyarrow_table().to_pylist() if r["visitor_id"] == BRIDGE]
+    table.merge(pa.Table.from_pylist([{**drifted[0], "views": 99}]), keys=PAGEVIEWS.gold_table("visitor_sessions").keys)
+    failed = run_audit(spark, settings, request)
+    outcome = {r.suite: r for r in failed.rows}["pageviews.parity.gold.visitor_sessions"]
+    assert not outcome.success and outcome.counts["differing_rows"] == 1
+    assert "visitor_id='v-bridge'" in outcome.failures[0] and "views published 99 vs batch 5" in outcome.failures[0]

@@ -51,7 +51,12 @@ def interval_gold(
     feed = feed_interval(gold, windows.interval)
     for _ in range(MAX_WIDENINGS):
         events = read(feed)
-        rows = with_status(gold.rows(events).where(windows.column()), closed)
+        # Materialized before any filter: Spark (4.2) pushes a filter on a session window's bounds below
+        # the aggregation, where each event still has its own [t, t + gap) window, and so cuts sessions
+        # short (``window_end <= x`` keeps only the events before x - gap). Filters on the rows of a
+        # checkpointed plan stay above it.
+        built = gold.rows(events).localCheckpoint(eager=True)
+        rows = with_status(built.where(windows.column()), closed)
         if not gold.grows_until_quiet or high is None or feed.end > high:
             return rows, events
         reach = max_of(rows, "window_end")

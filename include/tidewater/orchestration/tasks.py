@@ -87,7 +87,7 @@ def interval_plan(pipeline: str, start: Any, end: Any, run_id: str, *, dag_id: s
             pipeline, start, end, checks="bronze,records,silver,reconciliation", task_id="audit_interval", **common
         ),
         "gold": with_layers(args, "gold"),
-        "audit_gold": audit_args(pipeline, start, end, checks="gold", task_id="audit_gold", **common),
+        "audit_gold": audit_args(pipeline, start, end, checks="gold,parity", task_id="audit_gold", **common),
     }
 
 
@@ -143,7 +143,7 @@ def replay_plan(params: Mapping[str, Any], run_id: str, *, dag_id: str) -> dict[
         request.pipeline,
         request.start,
         request.end,
-        checks="bronze,records,silver,reconciliation,gold" if live else "silver,gold",
+        checks="bronze,records,silver,reconciliation,gold,parity" if live else "silver,gold",
         trigger="replay",
         dag_id=dag_id,
         run_id=run_id,
@@ -158,7 +158,7 @@ def correction_plan(pipeline: str, params: Mapping[str, Any], end: Any, run_id: 
     args = correction_args(pipeline, params, end, run_id)
     start, finish = args[args.index("--start") + 1], args[args.index("--end") + 1]
     audit = audit_args(
-        pipeline, start, finish, checks="gold", trigger="correction", dag_id=dag_id, run_id=run_id,
+        pipeline, start, finish, checks="gold,parity", trigger="correction", dag_id=dag_id, run_id=run_id,
         task_id=f"audit_{pipeline}",
     )  # fmt: skip
     return {"correct": args, "audit": audit}
@@ -167,11 +167,16 @@ def correction_plan(pipeline: str, params: Mapping[str, Any], end: Any, run_id: 
 def correction_args(pipeline: str, params: Mapping[str, Any], end: Any, run_id: str) -> list[str]:
     """The range a late-data correction looks at: the params' range when given, else the lookback
     window ending at the run's data interval end (or now)."""
+    from airflow.sdk.exceptions import AirflowSkipException
+
     from tidewater.orchestration.params import parse_interval
     from tidewater.pipelines import get_pipeline
+    from tidewater.pipelines.layout import PipelineLayout
 
     settings = Settings.from_env()
-    get_pipeline(pipeline)
+    layout = PipelineLayout.of(settings, get_pipeline(pipeline))
+    if not layout.table("silver").exists():  # its stream has not committed yet (a new pipeline)
+        raise AirflowSkipException(f"no silver table at {layout.table_uri('silver')} yet: nothing to correct")
     if params.get("start") or params.get("end"):
         begin, finish = parse_interval(params.get("start"), params.get("end"))
     else:

@@ -29,6 +29,7 @@ from tidewater.pipelines.layout import PipelineLayout
 from tidewater.quality import frames as fr
 from tidewater.quality import reports, suites
 from tidewater.quality.audit_log import AUDIT_SCHEMA, AuditRow, to_arrow
+from tidewater.quality.parity import check_parity
 from tidewater.quality.reconcile import reconcile
 from tidewater.quality.validate import SuiteOutcome, SuiteRunner
 from tidewater.times import iso
@@ -36,7 +37,8 @@ from tidewater.times import iso
 log = logging.getLogger(__name__)
 
 GOLD = "gold"
-CHECKS = (suites.BRONZE, suites.RECORDS, suites.SILVER, suites.RECONCILIATION, GOLD)
+PARITY = "parity"  # each gold table's closed rows of the interval == the batch recompute (quality.parity)
+CHECKS = (suites.BRONZE, suites.RECORDS, suites.SILVER, suites.RECONCILIATION, GOLD, PARITY)
 TRIGGERS = ("scheduled", "backfill", "replay", "correction", "manual")
 
 
@@ -128,7 +130,7 @@ def run_audit(spark: SparkSession, settings: Settings, request: AuditRequest) ->
         request.interval,
         bronze=request.needs_bronze,
         silver=suites.SILVER in wanted,
-        gold=GOLD in wanted,
+        gold=bool({GOLD, PARITY} & wanted),
     )
     outcomes: list[tuple[str, SuiteOutcome]] = []
     try:
@@ -147,12 +149,15 @@ def run_audit(spark: SparkSession, settings: Settings, request: AuditRequest) ->
                     outcome = runner.validate(suites.load_suite(pipeline, name), frame, layer=name)
                     outcomes.append((name, _with_rows(outcome, frame.count())))
             reconciliation = reconcile(spark, layout, frames) if suites.RECONCILIATION in wanted else None
+            parities = check_parity(spark, layout, request.interval, frames.gold) if PARITY in wanted else []
             summary = {o.suite: (o.success, o.failures) for _, o in outcomes}
             if reconciliation is not None:
                 summary[suites.suite_name(pipeline, suites.RECONCILIATION)] = (
                     reconciliation.success,
                     reconciliation.failures,
                 )
+            for parity in parities:
+                summary[parity_suite(pipeline, parity.table)] = (parity.success, parity.failures)
             title = f"{pipeline.name} audit of [{iso(request.interval.start)}, {iso(request.interval.end)})"
             reports.write_index(Path(docs), f"{title} {request.dag_id} {request.dag_run_id}".strip(), summary)
             report_path = reports.publish(Path(docs), layout, audit_id)
@@ -202,6 +207,21 @@ def run_audit(spark: SparkSession, settings: Settings, request: AuditRequest) ->
                 blocking=suites.RECONCILIATION in blocking,
             )
         )
+    rows += [
+        AuditRow(
+            **base,
+            suite=parity_suite(pipeline, parity.table),
+            table_name=parity.table,
+            success=parity.success,
+            rows=parity.compared,
+            expectations=1,
+            failed_expectations=len(parity.failures),
+            failures=parity.failures,
+            counts=parity.counts,
+            blocking=PARITY in blocking,
+        )
+        for parity in parities
+    ]
     table = LakeTable(layout.audit_uri())
     with layout.audit_lock().hold(f"audit {audit_id}"):
         table.ensure(AUDIT_SCHEMA, description="tidewater data-quality and reconciliation audit results")
@@ -220,6 +240,11 @@ def run_audit(spark: SparkSession, settings: Settings, request: AuditRequest) ->
     )
     log.info("%s", result.summary())
     return result
+
+
+def parity_suite(pipeline: Pipeline, table: str) -> str:
+    """``rsvps.parity.gold.venue_response_counts``: the audit table's name of one table's parity check."""
+    return suites.suite_name(pipeline, f"{PARITY}/{table}")
 
 
 def _row_bounds(pipeline: Pipeline, interval: Interval) -> dict[str, Any]:
