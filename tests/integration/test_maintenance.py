@@ -22,6 +22,7 @@ from deltalake import DeltaTable
 from lock_helpers import held_elsewhere
 from pipeline_helpers import BRONZE_SCHEMA
 from tidewater.batch.maintenance import (
+    AUDITS,
     LEDGER,
     MaintenanceError,
     ledger_lock,
@@ -238,12 +239,16 @@ def make_ledger(layout: PipelineLayout, commits: int) -> LakeTable:
 
 
 def test_maintain_pipeline_covers_every_table_and_the_ledger(layout: PipelineLayout) -> None:
-    """Every table of the pipeline plus the corrections ledger, under the ledger's own lock in the
-    same _locks directory; tables that do not exist yet are skipped and say so; a short retention is
-    refused before any table changes; a held ledger lock fails the ledger only, then the run."""
+    """Every table of the pipeline plus the corrections ledger and the audit table, each under its own
+    lock in the same _locks directory; tables that do not exist yet are skipped and say so; a short
+    retention is refused before any table changes; a held ledger lock fails the ledger only, then the run."""
     settings = layout.settings
     bronze = make_bronze(layout, commits=3)
     ledger = make_ledger(layout, commits=4)
+    audits = LakeTable(layout.audit_uri())
+    audits.ensure(pa.schema([("audit_id", pa.string())]))
+    for i in range(3):  # one append per audit run
+        audits.append_arrow(pa.table({"audit_id": [f"a{i}"]}))
     lock = ledger_lock(layout)
     assert lock.path == layout.lock("bronze").path.parent / "corrections.lock"
     assert lock.table == "live/rsvps/corrections"
@@ -254,9 +259,10 @@ def test_maintain_pipeline_covers_every_table_and_the_ledger(layout: PipelineLay
     assert bronze.version() == version
 
     results = {r.table: r for r in maintain_pipeline(settings, RSVPS, "live", run_id="nightly")}
-    assert list(results) == [*layout.table_names, LEDGER]
-    assert results["bronze"].status == results[LEDGER].status == "maintained"
+    assert list(results) == [*layout.table_names, LEDGER, AUDITS]
+    assert results["bronze"].status == results[LEDGER].status == results[AUDITS].status == "maintained"
     assert (results[LEDGER].files_before, results[LEDGER].files_after) == (4, 1)
+    assert (results[AUDITS].files_before, results[AUDITS].files_after) == (3, 1) and audits.row_count() == 3
     assert ledger.row_count() == 4
     for name in ("silver", "quarantine", *(f"gold/{g.name}" for g in RSVPS.gold)):
         assert (results[name].status, results[name].detail) == ("skipped", "table does not exist yet")

@@ -68,7 +68,8 @@ class Lake:
 
     def env(self) -> dict[str, str]:
         clean = {k: v for k, v in os.environ.items() if not k.startswith(("TIDEWATER_", "AWS_"))}
-        return {**clean, "TIDEWATER_LAKE_ROOT": str(self.root), "TIDEWATER_STATE_DIR": str(self.root.parent / "state")}
+        root, state = str(self.root), str(self.root.parent / "state")
+        return {**clean, "TIDEWATER_LAKE_ROOT": root, "TIDEWATER_STATE_DIR": state, "TIDEWATER_PIPELINES": "rsvps"}
 
 
 def pause() -> dt.datetime:
@@ -82,7 +83,8 @@ def pause() -> dt.datetime:
 @pytest.fixture(scope="module")
 def lake(tmp_path_factory: pytest.TempPathFactory) -> Lake:
     base = tmp_path_factory.mktemp("sql")
-    settings = Settings.from_env({}, state_dir=str(base / "state"), lake_root=str(base / "lake"))
+    # The deployment runs rsvps only: the catalog lists the pipelines a deployment runs.
+    settings = Settings.from_env({}, state_dir=str(base / "state"), lake_root=str(base / "lake"), pipelines="rsvps")
     tables = catalog(settings)
     silver = tables["rsvps.silver"].uri
     write_deltalake(silver, silver_rows(["e1", "e2", "e3"], "v1"))  # version 0
@@ -326,8 +328,7 @@ def test_writes_are_refused_and_change_nothing(lake, sql):
 
 def test_files_outside_the_lake_are_refused(lake):
     message = refused(lake, "SELECT * FROM '/etc/passwd'")
-    assert message.startswith("refused: only lake tables can be read (pageviews.audits, ")
-    assert "rsvps.audits, " in message
+    assert message.startswith("refused: only lake tables can be read (rsvps.audits, ")
     assert message.endswith("'/etc/passwd' is not one")
     assert f"'{lake.outside}' is not one" in refused(lake, f"SELECT * FROM '{lake.outside}'")
     assert "is not one" in refused(lake, f"SELECT * FROM '{lake.outside.as_uri()}'")

@@ -139,6 +139,7 @@ def test_audit_passes_with_its_own_suites(toy, lake, spark):
         "toy.silver",
         "toy.reconciliation",
         "toy.gold.per_meter_minute",
+        "toy.parity.gold.per_meter_minute",
     }, outcomes
     assert all(o.success for o in outcomes.values()), [list(o.failures) for o in outcomes.values()]
     reconciliation = outcomes["toy.reconciliation"]

@@ -25,8 +25,9 @@ Every step that writes runs holding the table's lock (:mod:`tidewater.lake.locks
 streaming writer holds for each micro-batch commit, so maintenance waits for a commit in flight
 (and the stream for maintenance) instead of failing one of them on a Delta conflict.
 
-The corrections ledger has no entry in :attr:`PipelineLayout.table_names`; its lock is
-:func:`ledger_lock`, in the same ``_locks`` directory, and every writer of the ledger must take it.
+The corrections ledger and the audit table have no entry in :attr:`PipelineLayout.table_names`;
+their locks (:func:`ledger_lock`, ``PipelineLayout.audit_lock``) are in the same ``_locks``
+directory, and every writer of either must take its lock.
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ from tidewater.times import parse_duration
 log = logging.getLogger(__name__)
 
 LEDGER = "corrections"
+AUDITS = "audits"
+_ABSENT = {LEDGER: "no corrections ledger yet", AUDITS: "no audit table yet"}
 DEFAULT_TARGET_FILE_SIZE = 104_857_600  # delta-rs' default when delta.targetFileSize is not set
 DEFAULT_DELETED_FILE_RETENTION = timedelta(days=7)  # Delta's default delta.deletedFileRetentionDuration
 _JSON_FILE_LIST_LIMIT = 100  # vacuum lists in to_json(): enough to look at, small enough for an XCom
@@ -118,13 +121,16 @@ def ledger_lock(layout: PipelineLayout) -> TableLock:
 
 
 def maintained_tables(layout: PipelineLayout) -> tuple[str, ...]:
-    """Every table maintenance looks after: the pipeline's tables, then the corrections ledger."""
-    return (*layout.table_names, LEDGER)
+    """Every table maintenance looks after: the pipeline's tables, then the corrections ledger and the
+    audit table (both append a few rows per run: many small files without compaction)."""
+    return (*layout.table_names, LEDGER, AUDITS)
 
 
 def _target(layout: PipelineLayout, table: str) -> tuple[LakeTable, TableLock]:
     if table == LEDGER:
         return LakeTable(layout.ledger_uri()), ledger_lock(layout)
+    if table == AUDITS:
+        return LakeTable(layout.audit_uri()), layout.audit_lock()
     if table not in layout.table_names:
         raise ConfigError(
             f"pipeline {layout.pipeline.name} has no table {table!r}: maintain one of "
@@ -313,7 +319,8 @@ def maintain_table(
     cleanup_logs: bool = False,
     target_size: int | None = None,
 ) -> MaintenanceResult:
-    """Compact, vacuum and checkpoint one table of ``layout`` (or ``"corrections"``, the ledger).
+    """Compact, vacuum and checkpoint one table of ``layout`` (or ``"corrections"``, the ledger, or
+    ``"audits"``).
 
     A table that does not exist yet is skipped (status ``skipped``). ``dry_run`` changes nothing
     and reports what compaction would rewrite and which files vacuum would delete. Each writing
@@ -323,7 +330,9 @@ def maintain_table(
     started = time.monotonic()
     lake, lock = _target(layout, table)
     if not lake.exists():
-        what = "no corrections ledger yet" if table == LEDGER else "table does not exist yet"
+        what = {LEDGER: "no corrections ledger yet", AUDITS: "no audit table yet"}.get(
+            table, "table does not exist yet"
+        )
         log.info("maintenance %s: skipped %s: %s", run_id, lake.uri, what)
         return MaintenanceResult(table, lake.uri, "skipped", run_id, what, retention_hours)
     delta = lake.open()

@@ -66,7 +66,7 @@ def catalog(settings: Settings, *, namespace: str | None = None) -> dict[str, Ta
     (``<pipeline>.<table>``: names are relative to the namespace being browsed)."""
     ns = check_namespace(namespace or settings.namespace)
     found: dict[str, TableRef] = {}
-    for pipeline in all_pipelines().values():
+    for pipeline in all_pipelines(settings).values():
         layout = PipelineLayout.of(settings, pipeline, ns)
         for table, uri in layout.queryable_tables().items():
             name = f"{pipeline.name}.{table.replace('/', '.')}"
@@ -83,7 +83,7 @@ def resolve(settings: Settings, parts: Sequence[str], *, namespace: str | None =
     """
     if not parts or any(not p for p in parts):
         return None
-    if parts[0] in all_pipelines():
+    if parts[0] in all_pipelines(settings):
         return catalog(settings, namespace=namespace).get(".".join(parts))
     if len(parts) < 3 or not is_namespace(parts[0]):
         return None

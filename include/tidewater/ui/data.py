@@ -116,7 +116,7 @@ def audit_rows(
     """Audit rows of every pipeline (optionally of one DAG run), newest first."""
     namespace = namespace or settings.namespace
     found: list[dict[str, Any]] = []
-    for pipeline in all_pipelines().values():
+    for pipeline in all_pipelines(settings).values():
         table = LakeTable(PipelineLayout.of(settings, pipeline, namespace).audit_uri())
         if not table.exists():
             continue
