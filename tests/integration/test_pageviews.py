@@ -242,6 +242,14 @@ def test_an_hour_killed_at_minute_59_counts_exactly(lake):
     assert sum(n for n, _ in expected.values()) == sum(1 for v in unique(views) if v.at < HOUR.replace(hour=11))
 
 
+def test_signups_are_every_signup_view_as_it_happened(lake):
+    """A projection holds no state and waits for no watermark: every sign-up view is there, once."""
+    rows = published(lake["layout"], "signups")
+    expected = {(v.view_id, v.at, v.visitor) for v in unique(lake["views"]) if v.page == "/signup"}
+    assert len(expected) > 5
+    assert sorted((r["view_id"], r["viewed_at"], r["visitor_id"]) for r in rows) == sorted(expected)
+
+
 def test_sessions_are_emitted_once_closed_and_exact(lake):
     layout, views = lake["layout"], lake["views"]
     watermark = RESUMED_UNTIL - WATERMARK
@@ -256,14 +264,16 @@ def test_sessions_are_emitted_once_closed_and_exact(lake):
 
 def test_batch_equals_stream_for_windows_and_sessions(lake, spark):
     settings, layout = lake["settings"], lake["layout"]
-    before = {t: published(layout, t) for t in ("views_per_visitor_hour", "visitor_sessions")}
+    before = {t: published(layout, t) for t in ("views_per_visitor_hour", "visitor_sessions", "signups")}
     result = recompute_interval(spark, settings, PAGEVIEWS, HOUR, HOUR.replace(hour=11), run_id="pv-parity")
     assert result.ledger_entries == 0
     for table, rows in before.items():
         after = published(layout, table)
         keys = PAGEVIEWS.gold_table(table).keys
-        in_hour = {tuple(r[k] for k in keys): r for r in rows if r["window_start"] < HOUR.replace(hour=11)}
-        recomputed = {tuple(r[k] for k in keys): r for r in after if r["window_start"] < HOUR.replace(hour=11)}
+        start = PAGEVIEWS.gold_table(table).span[0]
+        in_hour = {tuple(r[k] for k in keys): r for r in rows if r[start] < HOUR.replace(hour=11)}
+        recomputed = {tuple(r[k] for k in keys): r for r in after if r[start] < HOUR.replace(hour=11)}
+        assert set(recomputed) >= set(in_hour) and in_hour, table
         for key, row in in_hour.items():  # every row the stream published, unchanged but for its status
             measures = {c: v for c, v in row.items() if c not in ("status", "revision")}
             assert {c: v for c, v in recomputed[key].items() if c not in ("status", "revision")} == measures, key
@@ -319,6 +329,7 @@ def test_the_parity_audit_passes_and_names_a_row_that_drifts(lake, spark):
     assert {r.suite: r.success for r in result.rows} == {
         "pageviews.parity.gold.views_per_visitor_hour": True,
         "pageviews.parity.gold.visitor_sessions": True,
+        "pageviews.parity.gold.signups": True,
     }
     sessions_row = next(r for r in result.rows if r.table_name == "gold/visitor_sessions")
     assert sessions_row.rows == sum(

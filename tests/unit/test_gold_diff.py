@@ -254,3 +254,16 @@ def test_an_open_session_is_supported_though_not_final():
     old = table(row(0, 1, 2))
     plan = plan_correction(old, table(), KEYS, supported=table(row(0, 1, 3)).select(list(KEYS)))
     assert plan.removed == () and plan.changes == ()
+
+
+def test_a_per_event_row_spans_its_instant():
+    """A projection's span is its event time: that is the ledger's window, and not a measure."""
+    schema = pa.schema([("at", pa.timestamp("us", tz="UTC")), ("id", pa.string()), ("page", pa.string()),
+                        ("status", pa.string()), ("revision", pa.int32())])  # fmt: skip
+    old = pa.Table.from_pylist([{"at": T0, "id": "v1", "page": "/a", "status": "provisional", "revision": 0}], schema)
+    new = pa.Table.from_pylist([{"at": T0, "id": "v1", "page": "/b", "status": "final", "revision": 0}], schema)
+    plan = plan_correction(old, new, ("id",), span=("at", "at"))
+    (change,) = plan.changes
+    assert (change.window_start, change.window_end, change.group) == (T0, T0, {"id": "v1"})
+    assert (change.old, change.new) == ({"page": "/a"}, {"page": "/b"})
+    assert measure_columns(new.column_names, ("id",), ("at", "at")) == ("page",)

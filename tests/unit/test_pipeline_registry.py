@@ -62,13 +62,17 @@ def test_the_setting_is_checked():
 
 def test_table_kinds_declare_their_stream_mode_and_feed():
     """A window is fed by a window either side and updated in place; a session by its gap either side,
-    emitted once closed, widened while it grows, and merged by late data."""
+    emitted once closed, widened while it grows, and merged by late data; a projection by its interval."""
     pageviews = get_pipeline("pageviews")
     hourly, sessions = pageviews.gold_table("views_per_visitor_hour"), pageviews.gold_table("visitor_sessions")
     assert hourly.output_mode == "update" and not hourly.grows_until_quiet and not hourly.rows_merge
     assert hourly.feed_margins() == (dt.timedelta(hours=1), dt.timedelta(hours=1))
     assert sessions.output_mode == "append" and sessions.grows_until_quiet and sessions.rows_merge
     assert sessions.feed_margins() == (dt.timedelta(minutes=30), dt.timedelta(minutes=30))
+    assert hourly.span == sessions.span == ("window_start", "window_end")
+    signups = pageviews.gold_table("signups")  # a projection: one row per event, spanning its instant
+    assert signups.output_mode == "append" and not signups.grows_until_quiet and not signups.rows_merge
+    assert signups.span == ("viewed_at", "viewed_at") and signups.feed_margins() == (dt.timedelta(0),) * 2
 
 
 def test_the_deployment_runs_the_pipelines_it_names(monkeypatch):

@@ -99,7 +99,7 @@ def _correct_gold(
     table = layout.table(name)
     if closed is None:  # silver is empty: no window is closed
         return TableOutcome.of(CommitResult(False, table.version())), None
-    windows = Selection("window_start", interval)
+    windows = Selection(gold.span[0], interval)
 
     def read(feed: Interval) -> DataFrame:
         return sources.silver_for(spark, layout.table("silver"), pipeline, Selection(pipeline.event_time, feed))
@@ -116,7 +116,7 @@ def _correct_gold(
         finally:
             recomputed.unpersist()
         old = sources.gold_for(spark, table, windows)
-        plan = plan_correction(old, new, gold.keys, supported=supported)
+        plan = plan_correction(old, new, gold.keys, supported=supported, span=gold.span)
         if plan.rows.num_rows == 0 and not plan.removed:
             return TableOutcome.of(CommitResult(False, table.version())), None
         version = None

@@ -21,20 +21,22 @@ from typing import Any
 
 import pyarrow as pa
 
-from tidewater.pipelines.base import FINAL, STATUS_COLUMNS
+from tidewater.pipelines.base import FINAL, STATUS_COLUMNS, WINDOW_SPAN
 
-WINDOW_COLUMNS = ("window_start", "window_end")
+WINDOW_COLUMNS = WINDOW_SPAN  # the default span: window aggregates
 Key = tuple[Any, ...]
 
 
-def measure_columns(columns: Sequence[str], keys: Sequence[str]) -> tuple[str, ...]:
-    skip = {*keys, *WINDOW_COLUMNS, *STATUS_COLUMNS}
+def measure_columns(
+    columns: Sequence[str], keys: Sequence[str], span: Sequence[str] = WINDOW_COLUMNS
+) -> tuple[str, ...]:
+    skip = {*keys, *span, *STATUS_COLUMNS}
     return tuple(c for c in columns if c not in skip)
 
 
-def group_columns(keys: Sequence[str]) -> tuple[str, ...]:
+def group_columns(keys: Sequence[str], span: Sequence[str] = WINDOW_COLUMNS) -> tuple[str, ...]:
     """The merge keys that are not window bounds (``venue_id``, ``response``): what the ledger calls keys."""
-    return tuple(k for k in keys if k not in WINDOW_COLUMNS)
+    return tuple(k for k in keys if k not in span)
 
 
 def to_json(values: Mapping[str, Any] | None) -> str | None:
@@ -90,11 +92,13 @@ def _sorted(rows: Mapping[Key, dict[str, Any]]) -> Iterable[tuple[Key, dict[str,
     return sorted(rows.items(), key=lambda item: _sort_key(item[0]))
 
 
-def _change(row: Mapping[str, Any], keys: Sequence[str], old: Any, new: Any, revision: int) -> RowChange:
+def _change(
+    row: Mapping[str, Any], keys: Sequence[str], span: Sequence[str], old: Any, new: Any, revision: int
+) -> RowChange:
     return RowChange(
-        window_start=row["window_start"],
-        window_end=row["window_end"],
-        group={k: row[k] for k in group_columns(keys)},
+        window_start=row[span[0]],
+        window_end=row[span[1]],
+        group={k: row[k] for k in group_columns(keys, span)},
         old=old,
         new=new,
         revision=revision,
@@ -105,7 +109,9 @@ def _table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=schema)
 
 
-def reconcile_recompute(old: pa.Table, new: pa.Table, keys: Sequence[str]) -> Reconciled:
+def reconcile_recompute(
+    old: pa.Table, new: pa.Table, keys: Sequence[str], *, span: Sequence[str] = WINDOW_COLUMNS
+) -> Reconciled:
     """Rows that replace the selected windows, and the ledger entries that replacement needs.
 
     Provisional rows are simply replaced (they were published as "may still change"). A final row
@@ -113,7 +119,7 @@ def reconcile_recompute(old: pa.Table, new: pa.Table, keys: Sequence[str]) -> Re
     its revision grows; an unchanged row keeps its revision, so rerunning a recompute writes the
     very same rows.
     """
-    measures = measure_columns(new.column_names, keys)
+    measures = measure_columns(new.column_names, keys, span)
     before = index_rows(old, keys)
     out: list[dict[str, Any]] = []
     changes: list[RowChange] = []
@@ -128,17 +134,22 @@ def reconcile_recompute(old: pa.Table, new: pa.Table, keys: Sequence[str]) -> Re
                 new_values = {m: row[m] for m in measures}
                 if old_values != new_values:
                     revision += 1
-                    changes.append(_change(row, keys, old_values, new_values, revision))
+                    changes.append(_change(row, keys, span, old_values, new_values, revision))
         out.append({**row, "status": status, "revision": revision})
     for _key, prior in _sorted(before):
         if prior.get("status") == FINAL:
             old_values = {m: prior.get(m) for m in measures}
-            changes.append(_change(prior, keys, old_values, None, int(prior.get("revision") or 0) + 1))
+            changes.append(_change(prior, keys, span, old_values, None, int(prior.get("revision") or 0) + 1))
     return Reconciled(_table(out, new.schema), tuple(changes))
 
 
 def plan_correction(
-    old: pa.Table, new: pa.Table, keys: Sequence[str], *, supported: pa.Table | None = None
+    old: pa.Table,
+    new: pa.Table,
+    keys: Sequence[str],
+    *,
+    supported: pa.Table | None = None,
+    span: Sequence[str] = WINDOW_COLUMNS,
 ) -> Reconciled:
     """Upserts for closed windows (``new`` holds only those, recomputed from silver).
 
@@ -150,7 +161,7 @@ def plan_correction(
     event). A published row whose key is not among them no longer exists: it is removed, with one
     ledger entry. Nothing to do gives no rows and no removals, so a rerun commits nothing.
     """
-    measures = measure_columns(new.column_names, keys)
+    measures = measure_columns(new.column_names, keys, span)
     before = index_rows(old, keys)
     out: list[dict[str, Any]] = []
     changes: list[RowChange] = []
@@ -160,13 +171,13 @@ def plan_correction(
         new_values = {m: row[m] for m in measures}
         if prior is None:
             out.append({**row, "status": FINAL, "revision": 1})
-            changes.append(_change(row, keys, None, new_values, 1))
+            changes.append(_change(row, keys, span, None, new_values, 1))
             continue
         old_values = {m: prior.get(m) for m in measures}
         revision = int(prior.get("revision") or 0)
         if old_values != new_values:
             out.append({**row, "status": FINAL, "revision": revision + 1})
-            changes.append(_change(row, keys, old_values, new_values, revision + 1))
+            changes.append(_change(row, keys, span, old_values, new_values, revision + 1))
         elif prior.get("status") != FINAL:
             out.append({**prior, "status": FINAL, "revision": revision})
             finalized += 1
@@ -176,6 +187,6 @@ def plan_correction(
         for key, prior in _sorted(before):
             if key not in exists:
                 old_values = {m: prior.get(m) for m in measures}
-                changes.append(_change(prior, keys, old_values, None, int(prior.get("revision") or 0) + 1))
+                changes.append(_change(prior, keys, span, old_values, None, int(prior.get("revision") or 0) + 1))
                 removed.append(key)
     return Reconciled(_table(out, new.schema), tuple(changes), finalized, tuple(removed))

@@ -315,7 +315,7 @@ def _rebuild_gold(
     pipeline, target = plan.pipeline, plan.target
     name = f"gold/{gold.name}"
     table = target.table(name)
-    windows = Selection("window_start", plan.interval, plan.entity_column, plan.entities)
+    windows = Selection(gold.span[0], plan.interval, plan.entity_column, plan.entities)
 
     def read(feed: Interval) -> DataFrame:
         selection = Selection(pipeline.event_time, feed, plan.entity_column, plan.entities)
@@ -330,7 +330,7 @@ def _rebuild_gold(
         rows, events = interval_gold(gold, read, windows, closed, high=high)
         new = rows.toArrow()
         old = sources.gold_for(spark, table, windows)
-        reconciled = reconcile_recompute(old, new, gold.keys)
+        reconciled = reconcile_recompute(old, new, gold.keys, span=gold.span)
         entries = []
         version = None
         if reconciled.changes:

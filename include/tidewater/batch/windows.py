@@ -1,6 +1,6 @@
 """Gold rows of an interval, as a batch computes them: the stream's transforms over a bounded read.
 
-A gold row belongs to the interval its ``window_start`` lies in, so every run of a schedule of
+A gold row belongs to the interval its span's start (``window_start``) lies in, so every run of a schedule of
 adjacent intervals owns each row exactly once. How much silver around the interval feeds those rows
 is the table kind's to say (:meth:`GoldTable.feed_margins`); a kind whose rows grow while events
 keep coming (sessions) has its read widened here until no row it owns reaches the read's end.
@@ -44,7 +44,8 @@ def interval_gold(
     *,
     high: dt.datetime | None,
 ) -> tuple[DataFrame, DataFrame]:
-    """(``gold.rows`` of the rows ``windows`` picks, each final when closed; the silver events read).
+    """(``gold.rows`` of the rows ``windows`` picks (on the span's start), each final when closed; the
+    silver events read).
 
     ``read(feed)`` returns silver of an event-time interval; ``high`` is the latest event time silver
     holds (no read past it can find more events)."""
@@ -56,17 +57,17 @@ def interval_gold(
         # short (``window_end <= x`` keeps only the events before x - gap). Filters on the rows of a
         # checkpointed plan stay above it.
         built = gold.rows(events).localCheckpoint(eager=True)
-        rows = with_status(built.where(windows.column()), closed)
+        rows = with_status(built.where(windows.column()), closed, gold.span[1])
         if not gold.grows_until_quiet or high is None or feed.end > high:
             return rows, events
-        reach = max_of(rows, "window_end")
+        reach = max_of(rows, gold.span[1])
         if reach is None or reach <= feed.end:
             return rows, events
         feed = Interval(feed.start, reach)  # a row ends past the read: events after it may continue it
     raise RuntimeError(f"{gold.name}: rows of {windows.interval} still grow after {MAX_WIDENINGS} widenings")
 
 
-def with_status(rows: DataFrame, closed: dt.datetime | None) -> DataFrame:
+def with_status(rows: DataFrame, closed: dt.datetime | None, end_column: str) -> DataFrame:
     """Rows ending at or before ``closed`` (the watermark) are final, the rest provisional."""
-    is_final = F.lit(False) if closed is None else F.col("window_end") <= F.lit(closed)
+    is_final = F.lit(False) if closed is None else F.col(end_column) <= F.lit(closed)
     return rows.withColumn("status", F.when(is_final, F.lit(FINAL)).otherwise(F.lit(PROVISIONAL)))

@@ -16,11 +16,12 @@ from types import ModuleType
 
 from tidewater.config import Settings
 from tidewater.errors import ConfigError, PipelineError
-from tidewater.pipelines.base import GoldTable, Pipeline, SessionAggregate, WindowAggregate
+from tidewater.pipelines.base import GoldTable, Pipeline, Projection, SessionAggregate, WindowAggregate
 
 __all__ = [
     "GoldTable",
     "Pipeline",
+    "Projection",
     "SessionAggregate",
     "WindowAggregate",
     "all_pipelines",

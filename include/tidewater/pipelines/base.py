@@ -33,15 +33,17 @@ GoldBuilder = Callable[[DataFrame], DataFrame]
 PROVISIONAL = "provisional"
 FINAL = "final"
 STATUS_COLUMNS = ("status", "revision")  # revision: how many corrections changed the row (see the ledger)
+WINDOW_SPAN = ("window_start", "window_end")  # the event-time span of an aggregate's row
 
 
 @dataclass(frozen=True, kw_only=True)
 class GoldTable:
     """A table derived from silver by a pure ``build`` and upserted on ``keys``: the kinds below.
 
-    Every gold row spans event time from ``window_start`` (inclusive) to ``window_end`` (exclusive)
-    and belongs to the batch interval its ``window_start`` lies in, so adjacent intervals own each row
-    once. A kind says what the platform cannot guess from ``build`` alone:
+    Every gold row spans event time from its :attr:`span` start (``window_start``, inclusive) to its
+    end (``window_end``, exclusive) and belongs to the batch interval its start lies in, so adjacent
+    intervals own each row once; a row is closed (final) once the watermark passes its end. A kind
+    says what the platform cannot guess from ``build`` alone:
 
     * :attr:`output_mode`: how the stream emits rows (``update``: every change of an open row;
       ``append``: a row once, when the watermark closes it);
@@ -64,6 +66,11 @@ class GoldTable:
     def rows(self, silver: DataFrame, *, status: str = PROVISIONAL) -> DataFrame:
         """Gold rows as published: the aggregate, whether it may still change, and its revision."""
         return self.build(silver).withColumns({"status": F.lit(status), "revision": F.lit(0).cast("int")})
+
+    @property
+    def span(self) -> tuple[str, str]:
+        """The columns holding each row's event-time start and end."""
+        return WINDOW_SPAN
 
     def feed_margins(self) -> tuple[dt.timedelta, dt.timedelta]:
         """(before, after): rows starting in ``[start, end)`` are fed by silver of
@@ -110,6 +117,27 @@ class SessionAggregate(GoldTable):
     def feed_margins(self) -> tuple[dt.timedelta, dt.timedelta]:
         gap = parse_duration(self.gap)
         return gap, gap
+
+
+@dataclass(frozen=True, kw_only=True)
+class Projection(GoldTable):
+    """One row per silver event (some of its columns, a filter, a per-event derivation): no state.
+
+    The stream appends each event's row as it arrives (nothing waits for a watermark, so nothing is
+    late); a row spans the instant of its ``time_column`` and is final at once in the batch's eyes.
+    A recompute reads exactly the interval. ``keys`` must identify the event (its silver key).
+    """
+
+    time_column: str  # the event-time column the rows carry (silver's event time)
+
+    output_mode: ClassVar[str] = "append"
+
+    @property
+    def span(self) -> tuple[str, str]:
+        return self.time_column, self.time_column
+
+    def feed_margins(self) -> tuple[dt.timedelta, dt.timedelta]:
+        return dt.timedelta(0), dt.timedelta(0)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -14,6 +14,9 @@ Gold:
   ``landing_page`` (first page) and ``exit_page`` (last page). The stream emits a session once the
   watermark passes its end; a late view that falls between two visits of a visitor bridges them, and
   the late-data correction replaces both with one (ledger: one changed row, one removed).
+* ``signups``: every view of the sign-up page, as it happened (a projection: one row per event, no
+  state, nothing waits for a watermark): ``view_id``, ``viewed_at``, ``visitor_id``, ``referrer``,
+  ``device``.
 
 Sample events (:data:`SAMPLE_EVENTS`): visitors from a seeded pool, a few of them very active
 (Zipf-like), reading pages of a small site, keyed by visitor id (a visitor always lands in one
@@ -31,7 +34,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
-from tidewater.pipelines.base import Pipeline, SessionAggregate, WindowAggregate
+from tidewater.pipelines.base import Pipeline, Projection, SessionAggregate, WindowAggregate
 from tidewater.pipelines.contract import NotAfterArrival, OneOf, Quality, Required
 from tidewater.pipelines.samples import EventContext, Payload, SampleEvents, drop_field, set_field, truncated_json
 from tidewater.transforms import session_aggregates, windowed_counts
@@ -39,6 +42,7 @@ from tidewater.transforms import session_aggregates, windowed_counts
 WATERMARK = "2 minutes"
 SESSION_GAP = "30 minutes"
 DEVICES = ("desktop", "mobile", "tablet")
+SIGNUP_PAGE = "/signup"
 
 PAYLOAD = StructType(
     [
@@ -108,6 +112,10 @@ def visitor_sessions(silver: DataFrame) -> DataFrame:
             "last_view_at": F.max("viewed_at"),
         },
     )
+
+
+def signups(silver: DataFrame) -> DataFrame:
+    return silver.where(F.col("page") == SIGNUP_PAGE).select("view_id", "viewed_at", "visitor_id", "referrer", "device")
 
 
 # ---- sample events ----------------------------------------------------------------------------------
@@ -187,6 +195,13 @@ PIPELINE = Pipeline(
             keys=("window_start", "visitor_id"),
             gap=SESSION_GAP,
             build=visitor_sessions,
+        ),
+        Projection(
+            name="signups",
+            description="Every view of the sign-up page: visitor, referrer, device",
+            keys=("view_id",),
+            time_column="viewed_at",
+            build=signups,
         ),
     ),
 )

@@ -69,11 +69,11 @@ def read_interval(
         )
     gold_frames: dict[str, DataFrame] = {}
     if gold:
-        windows = Selection("window_start", interval, None, ())
         for table in pipeline.gold:
             name = f"gold/{table.name}"
             if layout.table(name).exists():
-                gold_frames[name] = _cache(read_table(spark, layout.table_uri(name)).where(windows.column()))
+                rows = Selection(table.span[0], interval, None, ())
+                gold_frames[name] = _cache(read_table(spark, layout.table_uri(name)).where(rows.column()))
     return IntervalFrames(
         interval=interval, bronze=bronze_frame, records=records, silver=silver_frame, gold=gold_frames
     )

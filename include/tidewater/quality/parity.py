@@ -29,7 +29,7 @@ from tidewater.batch.gold_diff import index_rows, measure_columns
 from tidewater.batch.interval import Interval
 from tidewater.batch.predicates import Selection
 from tidewater.batch.windows import closed_before, interval_gold
-from tidewater.pipelines.base import FINAL
+from tidewater.pipelines.base import FINAL, WINDOW_SPAN
 from tidewater.pipelines.layout import PipelineLayout
 
 SHOWN = 5  # differing rows named in a failure; the count says how many there are
@@ -55,7 +55,6 @@ def check_parity(
     silver = layout.table("silver")
     high = sources.max_event_time(spark, silver, pipeline.event_time) if silver.exists() else None
     closed = closed_before(high, pipeline.watermark)
-    windows = Selection("window_start", interval)
 
     def read(feed: Interval) -> DataFrame:
         return sources.silver_for(spark, silver, pipeline, Selection(pipeline.event_time, feed))
@@ -66,18 +65,24 @@ def check_parity(
         if closed is None:
             out.append(Parity(name, 0, {"closed_before": None}))
             continue
-        rows, _ = interval_gold(gold, read, windows, closed, high=high)
+        rows, _ = interval_gold(gold, read, Selection(gold.span[0], interval), closed, high=high)
         batch = rows.where(F.col("status") == FINAL).toArrow()
-        published = frame.where(F.col("window_end") <= F.lit(closed)).toArrow()
-        out.append(compare(name, published, batch, gold.keys, closed=closed))
+        published = frame.where(F.col(gold.span[1]) <= F.lit(closed)).toArrow()
+        out.append(compare(name, published, batch, gold.keys, span=gold.span, closed=closed))
     return out
 
 
 def compare(
-    table: str, published: pa.Table, batch: pa.Table, keys: Sequence[str], *, closed: dt.datetime | None = None
+    table: str,
+    published: pa.Table,
+    batch: pa.Table,
+    keys: Sequence[str],
+    *,
+    span: Sequence[str] = WINDOW_SPAN,
+    closed: dt.datetime | None = None,
 ) -> Parity:
     """Key-by-key comparison of the measures (pure: unit-tested without Spark)."""
-    measures = measure_columns(batch.column_names, keys)
+    measures = measure_columns(batch.column_names, keys, span)
     ours, theirs = index_rows(published, keys), index_rows(batch, keys)
     differ = []
     for key in sorted(set(ours) | set(theirs), key=repr):
