@@ -286,4 +286,4 @@ def table_report(settings: Settings, pipeline_name: str) -> str:
             parts.append(f"{name}={table.row_count():,}")
         except TidewaterError:
             parts.append(f"{name}=-")
-    return f"[{time.strftime('%H:%M:%S')}] rows: " + "  ".join(parts)
+    return f"[{time.strftime('%H:%M:%S')}] {pipeline_name} rows: " + "  ".join(parts)
