@@ -1,13 +1,14 @@
 """Platform benchmark: how long ``tidewater platform`` takes to be useful, and what it costs in memory.
 
-Starts the real platform command (embedded broker, generator, Airflow's four components, the
-supervised streaming job) in a temporary state folder and prints:
+Starts the real platform command (embedded broker, generator, Airflow's four components, one
+supervised streaming job per pipeline) in a temporary state folder and prints:
 
-1. seconds from the command's start to Airflow healthy, to the stream holding its checkpoints, and to
-   the first silver rows (what "running within a few minutes, without clicks" means here);
+1. seconds from the command's start to Airflow healthy, to every stream holding its checkpoints, and
+   to the first silver rows of every pipeline (what "running within a few minutes, without clicks"
+   means here);
 2. resident memory, sampled every 2 s for ``--seconds`` once the stream runs, per part: the platform
    process (with generator thread), each Airflow component's session (with the task processes it
-   starts), the streaming job's session (JVM + Python driver + workers); peak and mean of the total.
+   starts), each streaming job's session (JVM + Python driver + workers); peak and mean of the total.
 
     .venv/bin/python benchmarks/bench_platform.py [--seconds 120] [--rate 500]
 """
@@ -30,7 +31,7 @@ from bench_stream import session_rss_bytes
 from tidewater.broker import free_port
 from tidewater.config import Settings
 from tidewater.orchestration.supervisor import RUNNING, StreamControl
-from tidewater.pipelines import get_pipeline
+from tidewater.pipelines import all_pipelines
 from tidewater.pipelines.layout import PipelineLayout
 
 BIN = Path(sys.executable).parent
@@ -65,13 +66,14 @@ def main() -> None:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    control = StreamControl(settings, "rsvps")
-    silver = PipelineLayout.of(settings, get_pipeline("rsvps")).table("silver")
+    pipelines = all_pipelines(settings)
+    controls = {name: StreamControl(settings, name) for name in pipelines}
+    silvers = [PipelineLayout.of(settings, p).table("silver") for p in pipelines.values()]
     samples: list[dict[str, int]] = []
     try:
         healthy = wait(lambda: "Airflow UI at" in log.read_text(), 300, "Airflow")
-        running = wait(lambda: control.health().state == RUNNING, 400, "the supervised stream")
-        first_rows = wait(lambda: silver.exists() and silver.row_count() > 0, 300, "silver rows")
+        running = wait(lambda: all(c.health().state == RUNNING for c in controls.values()), 400, "the streams")
+        first_rows = wait(lambda: all(t.exists() and t.row_count() > 0 for t in silvers), 300, "silver rows")
         recorded = json.loads((Path(settings.state_dir) / "platform.json").read_text())
         airflow_pids, broker_pid = recorded["airflow_pids"], recorded["broker_pid"]
         end = time.monotonic() + args.seconds
@@ -81,8 +83,9 @@ def main() -> None:
                 sample["broker's S3 server"] = session_rss_bytes(os.getsid(recorded["s3_server_pid"]))
             for name, pid in airflow_pids.items():
                 sample[f"airflow {name}"] = session_rss_bytes(pid)
-            stream = control.health().pid
-            sample["stream job"] = session_rss_bytes(os.getsid(stream)) if stream else 0
+            for name, control in controls.items():
+                stream = control.health().pid
+                sample[f"stream job {name}"] = session_rss_bytes(os.getsid(stream)) if stream else 0
             samples.append(sample)
             time.sleep(2.0)
     finally:
@@ -93,7 +96,8 @@ def main() -> None:
     mib = 2**20
     print(f"machine: {os.cpu_count()} cores, {platform.platform()}")
     print(
-        f"Airflow healthy after {healthy - began:.0f} s; stream running after {running - began:.0f} s; "
+        f"pipelines: {', '.join(pipelines)}; Airflow healthy after {healthy - began:.0f} s; "
+        f"streams running after {running - began:.0f} s; "
         f"first silver rows after {first_rows - began:.0f} s"
     )
     for part in samples[0]:
