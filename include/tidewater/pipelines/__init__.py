@@ -29,7 +29,7 @@ __all__ = [
     "pipeline_option",
 ]
 
-_NOT_PIPELINES = {"base", "cli", "contract", "layout", "samples"}
+_NOT_PIPELINES = {"base", "cli", "contract", "graph", "layout", "samples"}
 
 
 def all_pipelines(settings: Settings | None = None) -> dict[str, Pipeline]:

@@ -12,7 +12,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     tables.add_argument("--namespace", default=None)
     tables.set_defaults(func=cmd_tables)
 
-    pipelines = sub.add_parser("pipelines", help="list declared pipelines")
+    pipelines = sub.add_parser("pipelines", help="the pipelines this deployment runs, as declared graphs")
+    pipelines.add_argument("name", nargs="?", help="one pipeline (default: all)")
+    pipelines.add_argument(
+        "--format", choices=("text", "mermaid"), default="text", help="text, or a Mermaid flowchart to paste in docs"
+    )
     pipelines.set_defaults(func=cmd_pipelines)
 
 
@@ -22,7 +26,7 @@ def cmd_tables(args: argparse.Namespace, settings: Settings) -> int:
     from tidewater.pipelines.layout import PipelineLayout
 
     print(f"{'table':<60} {'version':>7} {'rows':>12} {'files':>6} {'MiB':>8}")
-    for pipeline in all_pipelines().values():
+    for pipeline in all_pipelines(settings).values():
         layout = PipelineLayout.of(settings, pipeline, args.namespace)
         for name in layout.table_names:
             table = LakeTable(layout.table_uri(name))
@@ -36,9 +40,10 @@ def cmd_tables(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_pipelines(args: argparse.Namespace, settings: Settings) -> int:
-    from tidewater.pipelines import all_pipelines
+    from tidewater.pipelines import all_pipelines, pipeline_option
+    from tidewater.pipelines.graph import describe, mermaid
 
-    for pipeline in all_pipelines().values():
-        gold = ", ".join(g.name for g in pipeline.gold)
-        print(f"{pipeline.name}: topic {pipeline.topic}, watermark {pipeline.watermark}, gold: {gold}")
+    chosen = [pipeline_option(args.name, "name")] if args.name else list(all_pipelines(settings).values())
+    for pipeline in chosen:
+        print(mermaid(pipeline) if args.format == "mermaid" else "\n".join(describe(pipeline)))
     return 0

@@ -1,0 +1,24 @@
+"""What ``tidewater pipelines`` shows of a declaration: every table, and each gold table's kind (no Spark)."""
+
+from __future__ import annotations
+
+from tidewater.pipelines import get_pipeline
+from tidewater.pipelines.graph import describe, mermaid
+
+
+def test_the_description_names_each_kind_with_its_mode_and_feed():
+    lines = describe(get_pipeline("pageviews"))
+    assert lines[1] == "  kafka topic pageviews"
+    gold = {line.split(":")[0].strip(): line for line in lines if line.strip().startswith("gold/")}
+    assert "window 1 hour; keys window_start, visitor_id; stream update" in gold["gold/views_per_visitor_hour"]
+    sessions = gold["gold/visitor_sessions"]
+    assert sessions.endswith("batch reads 30 min before / 30 min after the interval (widened while rows grow)")
+    assert "projection; keys view_id; stream append; batch reads 0 before / 0 after" in gold["gold/signups"]
+
+
+def test_the_flowchart_has_an_edge_per_table():
+    chart = mermaid(get_pipeline("rsvps")).splitlines()
+    assert chart[0] == "flowchart LR"
+    assert 'rsvps_topic[("kafka: rsvps")] --> rsvps_bronze["bronze"]' in chart[1]
+    edges = [line for line in chart if line.strip().startswith("rsvps_silver -- ")]
+    assert [e.split('"')[1] for e in edges] == ["window 1 minute", "window 5 minutes"]
