@@ -6,9 +6,9 @@ delay``) this recomputes gold from silver with the pipeline's own transform and 
 the published rows. A row is affected when its measures differ or when it is missing (a window
 that only late events fed); affected rows are upserted as ``final`` with ``revision + 1`` and one
 ledger entry each. Closed rows that already agree only have their status set to ``final``. For a
-kind whose rows merge (sessions: a late event between two sessions of a key bridges them), a closed
-published row that the recompute no longer has at all is deleted, with a ledger entry whose new
-value is null. A rerun finds nothing to change: no gold commit, no ledger entry.
+kind whose rows merge (sessions: a late event between two sessions of a key bridges them), a
+published row of the interval that the recompute no longer has at all (closed or not) is deleted,
+with a ledger entry whose new value is null. A rerun finds nothing to change: no gold commit, no ledger entry.
 """
 
 from __future__ import annotations
@@ -107,14 +107,10 @@ def _correct_gold(
     # Held from the silver read until the commit: a stream commit to this table in between would make
     # our comparison stale and our upsert overwrite it.
     with layout.lock(name).hold(f"batch {MODE} {interval} run {run_id}"):
-        rows, events = interval_gold(gold, read, windows, closed, high=high)
-        recomputed = rows.persist()
-        try:
-            new = recomputed.where(F.col("status") == FINAL).toArrow()
-            # A kind whose rows merge (sessions) loses a closed row that silver no longer supports.
-            supported = recomputed.select(*gold.keys).toArrow() if gold.rows_merge else None
-        finally:
-            recomputed.unpersist()
+        rows, events = interval_gold(gold, read, windows, closed, high=high)  # materialized: cheap to filter
+        new = rows.where(F.col("status") == FINAL).toArrow()
+        # A kind whose rows merge (sessions) loses a published row that silver no longer supports.
+        supported = rows.select(*gold.keys).toArrow() if gold.rows_merge else None
         old = sources.gold_for(spark, table, windows)
         plan = plan_correction(old, new, gold.keys, supported=supported, span=gold.span)
         if plan.rows.num_rows == 0 and not plan.removed:

@@ -1,7 +1,7 @@
 """Gold rows of an interval, as a batch computes them: the stream's transforms over a bounded read.
 
-A gold row belongs to the interval its span's start (``window_start``) lies in, so every run of a schedule of
-adjacent intervals owns each row exactly once. How much silver around the interval feeds those rows
+A gold row belongs to the interval its span's start (``window_start``) lies in, so every run of a
+schedule of adjacent intervals owns each row exactly once. How much silver around the interval feeds those rows
 is the table kind's to say (:meth:`GoldTable.feed_margins`); a kind whose rows grow while events
 keep coming (sessions) has its read widened here until no row it owns reaches the read's end.
 """
@@ -17,8 +17,9 @@ from pyspark.sql import functions as F
 from tidewater.batch.interval import Interval
 from tidewater.batch.predicates import Selection
 from tidewater.batch.sources import max_of
+from tidewater.errors import PipelineError
 from tidewater.pipelines.base import FINAL, PROVISIONAL, GoldTable
-from tidewater.times import parse_duration
+from tidewater.times import iso, parse_duration
 
 # Widening a session table's read more often than this means sessions that never end: refuse.
 MAX_WIDENINGS = 64
@@ -64,7 +65,10 @@ def interval_gold(
         if reach is None or reach <= feed.end:
             return rows, events
         feed = Interval(feed.start, reach)  # a row ends past the read: events after it may continue it
-    raise RuntimeError(f"{gold.name}: rows of {windows.interval} still grow after {MAX_WIDENINGS} widenings")
+    raise PipelineError(
+        f"{gold.name}: rows of {windows.interval} still reach past the read after {MAX_WIDENINGS} widenings "
+        f"(up to {iso(feed.end)}): a session that never ends; recompute a later interval or check the event times"
+    )
 
 
 def with_status(rows: DataFrame, closed: dt.datetime | None, end_column: str) -> DataFrame:

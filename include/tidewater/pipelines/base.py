@@ -124,8 +124,9 @@ class Projection(GoldTable):
     """One row per silver event (some of its columns, a filter, a per-event derivation): no state.
 
     The stream appends each event's row as it arrives (nothing waits for a watermark, so nothing is
-    late); a row spans the instant of its ``time_column`` and is final at once in the batch's eyes.
-    A recompute reads exactly the interval. ``keys`` must identify the event (its silver key).
+    late; only events held back as ahead of the clock reach it through the correction); a row spans
+    the instant of its ``time_column`` and is final once the watermark passes it. A recompute reads
+    exactly the interval. ``keys`` must identify the event (its silver key).
     """
 
     time_column: str  # the event-time column the rows carry (silver's event time)
