@@ -66,3 +66,50 @@ def test_hopping_windows_overlap(spark):
         "10:05": (1, 0),
     }
     assert by_start == {ms(f"2026-11-21 {hhmm}"): value for hhmm, value in expected.items()}
+
+
+# ---- sessions as a bounded batch computes them (tidewater.batch.windows.interval_gold) -------------------
+
+
+def views(spark: SparkSession, rows: list[tuple[str, str]]) -> DataFrame:
+    return spark.createDataFrame(
+        [(f"v{i}", ts(t), visitor, "/", "search", "mobile") for i, (t, visitor) in enumerate(rows)],
+        "view_id string, viewed_at timestamp, visitor_id string, page string, referrer string, device string",
+    )
+
+
+def test_a_bounded_read_of_sessions_owns_whole_sessions_that_start_in_it(spark):
+    """Sessions of [10:00, 11:00): one starting at 09:50 runs into the hour and is not the hour's; one
+    starting at 10:40 runs on past the first read (10:00 + 1 h + 30 min gap) and is read to its end;
+    filtering the rows on their end (what a correction does) does not cut a session short (Spark
+    would push that filter below the session merge)."""
+    from tidewater.batch.interval import Interval
+    from tidewater.batch.predicates import Selection
+    from tidewater.batch.windows import interval_gold
+    from tidewater.pipelines import get_pipeline
+
+    sessions = get_pipeline("pageviews").gold_table("visitor_sessions")
+    times = ["09:50", "10:10", "10:35"]  # "a": 09:50 .. 10:35, starts before the hour
+    trail = [f"{h}:{m:02d}" for h, m in [(10, 40), (11, 5), (11, 25), (11, 50), (12, 15), (12, 40)]]  # "b"
+    all_views = views(
+        spark,
+        [(f"2026-11-21 {t}:00", "a") for t in times]
+        + [(f"2026-11-21 {t}:00", "b") for t in trail]
+        + [("2026-11-21 13:30:00", "clock")],
+    )
+    reads: list[Interval] = []
+
+    def read(feed: Interval) -> DataFrame:
+        reads.append(feed)
+        return all_views.where(Selection("viewed_at", feed).column())
+
+    hour = Interval(ts("2026-11-21 10:00:00"), ts("2026-11-21 11:00:00"))
+    closed = ts("2026-11-21 13:28:00")
+    rows, _ = interval_gold(sessions, read, Selection("window_start", hour), closed, high=ts("2026-11-21 13:30:00"))
+    owned = windows(rows, "visitor_id", "views", "status")
+    assert owned == [(ms("2026-11-21 10:40:00"), ms("2026-11-21 13:10:00"), "b", 6, "final")]
+    assert reads[0] == Interval(ts("2026-11-21 09:30:00"), ts("2026-11-21 11:30:00")) and len(reads) > 1
+    # The correction's filter on status (on window_end) keeps the session whole.
+    assert windows(rows.where(F.col("status") == "final"), "views") == [
+        (ms("2026-11-21 10:40:00"), ms("2026-11-21 13:10:00"), 6)
+    ]

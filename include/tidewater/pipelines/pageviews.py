@@ -19,8 +19,8 @@ Gold:
   ``device``.
 
 Sample events (:data:`SAMPLE_EVENTS`): visitors from a seeded pool, a few of them very active
-(Zipf-like), reading pages of a small site, keyed by visitor id (a visitor always lands in one
-partition, so its views stay in order there).
+(Zipf-like) and who is online changing every 10 minutes (so visits end), reading pages of a small
+site, keyed by visitor id (a visitor always lands in one partition, so its views stay in order there).
 """
 
 from __future__ import annotations
@@ -36,7 +36,15 @@ from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
 from tidewater.pipelines.base import Pipeline, Projection, SessionAggregate, WindowAggregate
 from tidewater.pipelines.contract import NotAfterArrival, OneOf, Quality, Required
-from tidewater.pipelines.samples import EventContext, Payload, SampleEvents, drop_field, set_field, truncated_json
+from tidewater.pipelines.samples import (
+    EventContext,
+    Payload,
+    SampleEvents,
+    drop_field,
+    parse_ts,
+    set_field,
+    truncated_json,
+)
 from tidewater.transforms import session_aggregates, windowed_counts
 
 WATERMARK = "2 minutes"
@@ -129,17 +137,26 @@ REFERRERS = ("", "search", "newsletter", "social", "partner")
 
 
 @lru_cache(maxsize=8)
-def visitor_weights(seed: int, size: int) -> tuple[tuple[str, ...], tuple[float, ...]]:
-    """Visitor ids, fixed per (seed, index), with cumulative weights: a few visitors are very active."""
+def visitor_pool(seed: int, size: int) -> tuple[tuple[str, ...], tuple[float, ...]]:
+    """Visitor ids, fixed per (seed, index), and the cumulative Zipf-like weights of the visitors online
+    at one time (a tenth of the pool): a few of them very active."""
     rng = random.Random(f"{seed}:visitors")
     ids = tuple(f"v-{rng.getrandbits(40):010x}" for _ in range(size))
-    return ids, tuple(accumulate(1.0 / (k + 1) ** 0.9 for k in range(size)))
+    online = max(1, size // 10)
+    return ids, tuple(accumulate(1.0 / (k + 1) ** 0.9 for k in range(online)))
+
+
+# Visitors come and go: who is online changes every VISIT_BLOCK_MS (a visitor is online in about one
+# block in ten), so most visits end (30 minutes without a view) and the sessions table fills.
+VISIT_BLOCK_MS = 10 * 60 * 1000
 
 
 def sample_view(rng: random.Random, context: EventContext) -> tuple[bytes, Payload]:
     """One valid page view (``members`` of the generator config is the size of the visitor pool)."""
-    ids, cum_weights = visitor_weights(context.config.seed, context.config.members)
-    visitor = ids[min(bisect_right(cum_weights, rng.random() * cum_weights[-1]), len(ids) - 1)]
+    ids, cum_weights = visitor_pool(context.config.seed, context.config.members)
+    rank = min(bisect_right(cum_weights, rng.random() * cum_weights[-1]), len(cum_weights) - 1)
+    block = parse_ts(context.event_time) // VISIT_BLOCK_MS
+    visitor = ids[(rank + block * 2917) % len(ids)]  # each block, another stretch of the pool is online
     payload = {
         "view_id": context.event_id,
         "viewed_at": context.event_time,
