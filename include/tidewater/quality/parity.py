@@ -1,16 +1,16 @@
-"""Stream/batch parity of one interval: the published gold rows equal what the batch computes from silver.
+"""Stream/batch parity of one interval: every gold row published as final equals what the batch computes.
 
-"Batch is a bounded stream" is a promise about results: for a finished range, every gold row the
-platform publishes (by the stream, a recompute or a correction) must be what the pipeline's own
-transform gives over silver. This check recomputes, in memory, the rows of each gold table that
-start in the interval and are closed (behind the watermark silver's latest event implies: no stream
-can still change them), exactly as the batch recompute would (:func:`tidewater.batch.windows.interval_gold`,
-feed widened for sessions), and compares them with the live rows, key by key, measure by measure.
-A row missing on either side or with another value fails the check, and the failure names the rows.
+"Batch is a bounded stream" is a promise about results: for a finished range, the gold rows the
+platform declares final (a recompute or a correction reconciled them with silver) must be what the
+pipeline's own transform gives over silver. This check recomputes, in memory, the rows of each gold
+table that start in the interval, exactly as the batch recompute would
+(:func:`tidewater.batch.windows.interval_gold`, feed widened for sessions), and compares every
+published final row with its recomputed twin, measure by measure. A final row the batch does not
+have, or has with another value, fails the check, and the failure names the rows.
 
-After a recompute or a correction the two must agree; a difference means the lake holds a result no
-run of the transforms explains (a stream update that overwrote a corrected window, a lost commit).
-Nothing is written.
+Provisional rows are left out on purpose: they are the stream's view, which late events may still
+change until the next correction; comparing them would fail every audit that runs while late data
+is pending. Nothing is written.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ SHOWN = 5  # differing rows named in a failure; the count says how many there ar
 @dataclass(frozen=True)
 class Parity:
     table: str  # gold/<name>
-    compared: int  # closed rows on either side
+    compared: int  # published final rows compared
     counts: dict[str, Any] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
 
@@ -66,9 +66,8 @@ def check_parity(
             out.append(Parity(name, 0, {"closed_before": None}))
             continue
         rows, _ = interval_gold(gold, read, Selection(gold.span[0], interval), closed, high=high)
-        batch = rows.where(F.col("status") == FINAL).toArrow()
-        published = frame.where(F.col(gold.span[1]) <= F.lit(closed)).toArrow()
-        out.append(compare(name, published, batch, gold.keys, span=gold.span, closed=closed))
+        published = frame.where(F.col("status") == FINAL).toArrow()
+        out.append(compare(name, published, rows.toArrow(), gold.keys, span=gold.span, closed=closed))
     return out
 
 
@@ -81,19 +80,19 @@ def compare(
     span: Sequence[str] = WINDOW_SPAN,
     closed: dt.datetime | None = None,
 ) -> Parity:
-    """Key-by-key comparison of the measures (pure: unit-tested without Spark)."""
+    """Each ``published`` (final) row against its ``batch`` twin, key by key (pure: unit-tested without
+    Spark); batch rows with no published final twin are the stream's or the next correction's."""
     measures = measure_columns(batch.column_names, keys, span)
     ours, theirs = index_rows(published, keys), index_rows(batch, keys)
     differ = []
-    for key in sorted(set(ours) | set(theirs), key=repr):
-        live_row, batch_row = ours.get(key), theirs.get(key)
-        live_values = None if live_row is None else {m: live_row.get(m) for m in measures}
-        batch_values = None if batch_row is None else {m: batch_row.get(m) for m in measures}
+    for key in sorted(ours, key=repr):
+        live_values = {m: ours[key].get(m) for m in measures}
+        batch_values = None if key not in theirs else {m: theirs[key].get(m) for m in measures}
         if live_values != batch_values:
             differ.append((key, live_values, batch_values))
     counts = {
         "closed_before": None if closed is None else closed.isoformat(),
-        "published_rows": len(ours),
+        "final_rows": len(ours),
         "batch_rows": len(theirs),
         "differing_rows": len(differ),
     }
@@ -101,14 +100,12 @@ def compare(
     if differ:
         named = "; ".join(_describe(keys, *d) for d in differ[:SHOWN])
         more = f" (and {len(differ) - SHOWN} more)" if len(differ) > SHOWN else ""
-        failures.append(f"{table}: {len(differ)} closed rows differ from the batch recompute: {named}{more}")
-    return Parity(table, len(set(ours) | set(theirs)), counts, failures)
+        failures.append(f"{table}: {len(differ)} final rows differ from the batch recompute: {named}{more}")
+    return Parity(table, len(ours), counts, failures)
 
 
-def _describe(keys: Sequence[str], key: tuple[Any, ...], live: dict | None, batch: dict | None) -> str:
+def _describe(keys: Sequence[str], key: tuple[Any, ...], live: dict, batch: dict | None) -> str:
     where = ", ".join(f"{k}={_text(v)}" for k, v in zip(keys, key, strict=True))
-    if live is None:
-        return f"({where}) missing from the table, batch has {_values(batch)}"
     if batch is None:
         return f"({where}) published {_values(live)}, the batch has no such row"
     changed = {m: (live[m], batch[m]) for m in live if live[m] != batch[m]}
