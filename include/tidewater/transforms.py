@@ -219,3 +219,27 @@ def session_aggregates(
             *measures,
         )
     )
+
+
+def bounded_join(
+    left: DataFrame,
+    right: DataFrame,
+    *,
+    left_time: str,
+    right_time: str,
+    key: tuple[str, str],
+    bound: str,
+    watermark: str,
+    how: str = "left_outer",
+) -> DataFrame:
+    """``left`` joined to the ``right`` rows of the same key (``key`` = (left column, right column)) whose
+    ``right_time`` lies in ``[left_time, left_time + bound]``; both sides watermarked, so a stream keeps
+    bounded state and emits a left row no right row matched once the watermark passes its bound.
+    Column names of the two sides must differ (a self-join renames one side first). On batch
+    DataFrames the watermarks change nothing."""
+    condition = (
+        (F.col(key[0]) == F.col(key[1]))
+        & (F.col(right_time) >= F.col(left_time))
+        & (F.col(right_time) <= F.col(left_time) + F.expr(f"INTERVAL {bound}"))
+    )
+    return left.withWatermark(left_time, watermark).join(right.withWatermark(right_time, watermark), condition, how)

@@ -56,6 +56,7 @@ KILLED_AT = HOUR + dt.timedelta(minutes=59)  # the last view the job saw before 
 RESUMED_UNTIL = HOUR + dt.timedelta(minutes=100)  # 11:40: the hour closes, so do many sessions
 PAGES = ("/", "/docs", "/pricing", "/blog", "/signup")
 BRIDGE = "v-bridge"  # two visits 35 minutes apart; a late view at 10:28 joins them
+JOINER = "v-join"  # views pricing at 10:05, signs up at 10:20, but that sign-up arrives late
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,7 @@ def script(seed: int = 5) -> list[View]:
     add("v-clock", RESUMED_UNTIL)
     for minute in (0, 10, 45, 50):
         add(BRIDGE, HOUR + dt.timedelta(minutes=minute))
+    views.append(view(JOINER, HOUR + dt.timedelta(minutes=5), "/pricing", view_id="join-pricing"))
     views = [v for v in views if v.at <= RESUMED_UNTIL]
     resends = [View(**{**v.__dict__, "resend": True}) for v in rng.sample(views, 12)]
     return sorted(views + resends, key=lambda v: (v.at, v.resend))
@@ -110,13 +112,14 @@ def script(seed: int = 5) -> list[View]:
 
 def late_bridge() -> View:
     """10:28, sent at 11:45: 18 minutes after the bridge visitor's 10:10 view and 17 before 10:45."""
-    return view(
-        BRIDGE,
-        HOUR + dt.timedelta(minutes=28),
-        "/pricing",
-        view_id="late-bridge",
-        sent=HOUR.replace(hour=11, minute=45),
-    )
+    sent = HOUR.replace(hour=11, minute=45)
+    return view(BRIDGE, HOUR + dt.timedelta(minutes=28), "/docs", view_id="late-bridge", sent=sent)
+
+
+def late_signup() -> View:
+    """10:20, sent at 11:46: the sign-up that converts JOINER's 10:05 pricing view."""
+    sent = HOUR.replace(hour=11, minute=46)
+    return view(JOINER, HOUR + dt.timedelta(minutes=20), "/signup", view_id="late-signup", sent=sent)
 
 
 # ---- the expected figures, in plain Python -----------------------------------------------------------
@@ -172,6 +175,31 @@ def published_hourly(layout: PipelineLayout) -> dict[tuple[dt.datetime, str], tu
     return {
         (r["window_start"], r["visitor_id"]): (r["views"], r["distinct_pages"])
         for r in published(layout, "views_per_visitor_hour")
+    }
+
+
+def conversions(views: list[View]) -> dict[tuple[dt.datetime, str, str], tuple[Any, ...]]:
+    """(pricing time, pricing view, sign-up view or "") -> (end, visitor, sign-up time, converted)."""
+    seen = unique(views)
+    out = {}
+    for p in (v for v in seen if v.page == "/pricing"):
+        matches = [s for s in seen if s.page == "/signup" and s.visitor == p.visitor and p.at <= s.at <= p.at + GAP]
+        for s in matches:
+            out[(p.at, p.view_id, s.view_id)] = (p.at + GAP, p.visitor, s.at, True)
+        if not matches:
+            out[(p.at, p.view_id, "")] = (p.at + GAP, p.visitor, None, False)
+    return out
+
+
+def published_conversions(layout: PipelineLayout) -> dict[tuple[dt.datetime, str, str], tuple[Any, ...]]:
+    return {
+        (r["window_start"], r["pricing_view_id"], r["signup_view_id"]): (
+            r["window_end"],
+            r["visitor_id"],
+            r["signup_at"],
+            r["converted"],
+        )
+        for r in published(layout, "pricing_conversions")
     }
 
 
@@ -250,12 +278,25 @@ def test_signups_are_every_signup_view_as_it_happened(lake):
     assert sorted((r["view_id"], r["viewed_at"], r["visitor_id"]) for r in rows) == sorted(expected)
 
 
+def test_conversions_join_pricing_views_to_later_signups(lake):
+    """A match is written as soon as both sides are in; a pricing view nobody converted only once the
+    watermark has passed it + 30 minutes (each at most once)."""
+    streamed = published_conversions(lake["layout"])
+    expected = conversions(lake["views"])
+    assert {k: v for k, v in streamed.items() if k in expected} == streamed  # nothing the views do not give
+    matched = {k: v for k, v in expected.items() if v[3]}
+    assert matched and all(k in streamed for k in matched)
+    unmatched_closed = {k: v for k, v in expected.items() if not v[3] and v[0] < HOUR.replace(hour=11)}
+    assert unmatched_closed and all(k in streamed for k in unmatched_closed)
+    assert all(end <= RESUMED_UNTIL - WATERMARK for end, _, _, converted in streamed.values() if not converted)
+
+
 def test_sessions_are_emitted_once_closed_and_exact(lake):
     layout, views = lake["layout"], lake["views"]
     watermark = RESUMED_UNTIL - WATERMARK
     streamed = published_sessions(layout)
     assert all(end <= watermark for end, *_ in streamed.values())  # append mode: only closed sessions
-    expected = closed(sessions(views), watermark - dt.timedelta(seconds=1))
+    expected = closed(sessions(views), watermark - dt.timedelta(minutes=1))  # the last batch may not have closed the rest
     assert {k: v for k, v in streamed.items() if k in expected} == expected
     assert set(streamed) <= set(sessions(views))
     bridge = {k: v for k, v in streamed.items() if k[1] == BRIDGE}
@@ -264,7 +305,8 @@ def test_sessions_are_emitted_once_closed_and_exact(lake):
 
 def test_batch_equals_stream_for_windows_and_sessions(lake, spark):
     settings, layout = lake["settings"], lake["layout"]
-    before = {t: published(layout, t) for t in ("views_per_visitor_hour", "visitor_sessions", "signups")}
+    tables = ("views_per_visitor_hour", "visitor_sessions", "pricing_conversions", "signups")
+    before = {t: published(layout, t) for t in tables}
     result = recompute_interval(spark, settings, PAGEVIEWS, HOUR, HOUR.replace(hour=11), run_id="pv-parity")
     assert result.ledger_entries == 0
     for table, rows in before.items():
@@ -283,6 +325,8 @@ def test_batch_equals_stream_for_windows_and_sessions(lake, spark):
     for key, value in all_sessions.items():
         if key[0] < HOUR.replace(hour=11):
             assert recomputed_sessions[key] == value, key
+    in_hour = {k: v for k, v in conversions(lake["views"]).items() if k[0] < HOUR.replace(hour=11)}
+    assert {k: v for k, v in published_conversions(layout).items() if k[0] < HOUR.replace(hour=11)} == in_hour
 
 
 def test_a_late_view_bridging_two_sessions_is_corrected_with_a_ledger(lake, spark):
@@ -296,7 +340,13 @@ def test_a_late_view_bridging_two_sessions_is_corrected_with_a_ledger(lake, spar
     entries = [e for e in Ledger(layout.ledger_uri()).rows(spark) if e["dag_run_id"] == "pv-late"]
     by_table = defaultdict(list)
     for entry in entries:
-        by_table[entry["table"]].append(entry)
+        if json.loads(entry["keys"]).get("visitor_id") == BRIDGE:
+            by_table[entry["table"]].append(entry)
+    # Besides the bridge: rows the batch's watermark closes that the stream, a batch behind, had not
+    # emitted yet (within seconds of the end) are inserted, each with its entry.
+    others = [e for e in entries if json.loads(e["keys"]).get("visitor_id") != BRIDGE]
+    edge = RESUMED_UNTIL - WATERMARK - dt.timedelta(minutes=1)
+    assert all(e["old_value"] is None and _utc(e["window_end"]) > edge for e in others), others
     sessions_changed = by_table["gold/visitor_sessions"]
     assert sorted((_utc(e["window_start"]).minute, e["new_value"] is None) for e in sessions_changed) == [
         (0, False),  # the 10:00 visit now runs to 10:50 + 30 min
@@ -306,7 +356,7 @@ def test_a_late_view_bridging_two_sessions_is_corrected_with_a_ledger(lake, spar
     merged = next(e for e in sessions_changed if e["new_value"] is not None)
     assert json.loads(merged["new_value"])["views"] == 5 and merged["late_events"] == 1
     assert [json.loads(e["keys"]) for e in by_table["gold/views_per_visitor_hour"]] == [{"visitor_id": BRIDGE}]
-    assert result.ledger_entries == len(entries) == 3
+    assert sum(len(v) for v in by_table.values()) == 3 and result.ledger_entries == len(entries)
 
     everything = [*views, late]
     bridge = {k: v for k, v in published_sessions(layout).items() if k[1] == BRIDGE}
@@ -322,6 +372,31 @@ def test_a_late_view_bridging_two_sessions_is_corrected_with_a_ledger(lake, spar
     assert again.ledger_entries == 0
 
 
+def test_a_late_signup_turns_an_unmatched_pricing_view_into_a_conversion(lake, spark):
+    settings, layout = lake["settings"], lake["layout"]
+    assert published_conversions(layout)[(HOUR + dt.timedelta(minutes=5), "join-pricing", "")][3] is False
+    send(settings, settings.topic(PAGEVIEWS.topic), [late_signup()])
+    run_stream(spark, settings, "pageviews")  # the join drops it (behind the watermark); silver keeps it
+    assert (HOUR + dt.timedelta(minutes=5), "join-pricing", "late-signup") not in published_conversions(layout)
+
+    correct_late_data(spark, settings, PAGEVIEWS, HOUR, HOUR.replace(hour=12), run_id="pv-late-signup")
+    entries = [
+        e
+        for e in Ledger(layout.ledger_uri()).rows(spark)
+        if e["dag_run_id"] == "pv-late-signup" and e["table"] == "gold/pricing_conversions"
+    ]
+    changes = sorted((json.loads(e["keys"])["signup_view_id"], e["old_value"] is None) for e in entries)
+    assert changes == [("", False), ("late-signup", True)]  # the unmatched row removed, the conversion new
+    assert [e["new_value"] is None for e in sorted(entries, key=lambda e: json.loads(e["keys"])["signup_view_id"])] == [
+        True,
+        False,
+    ]
+    everything = [*lake["views"], late_bridge(), late_signup()]
+    joined = {k: v for k, v in published_conversions(layout).items() if v[1] == JOINER}
+    assert joined == {k: v for k, v in conversions(everything).items() if v[1] == JOINER}
+    assert [v[3] for v in joined.values()] == [True]
+
+
 def test_the_parity_audit_passes_and_names_a_row_that_drifts(lake, spark):
     settings, layout = lake["settings"], lake["layout"]
     request = AuditRequest(pipeline=PAGEVIEWS, interval=Interval(HOUR, HOUR.replace(hour=12)), checks=("parity",))
@@ -329,11 +404,14 @@ def test_the_parity_audit_passes_and_names_a_row_that_drifts(lake, spark):
     assert {r.suite: r.success for r in result.rows} == {
         "pageviews.parity.gold.views_per_visitor_hour": True,
         "pageviews.parity.gold.visitor_sessions": True,
+        "pageviews.parity.gold.pricing_conversions": True,
         "pageviews.parity.gold.signups": True,
     }
     sessions_row = next(r for r in result.rows if r.table_name == "gold/visitor_sessions")
     assert sessions_row.rows == sum(
-        1 for end, *_ in sessions([*lake["views"], late_bridge()]).values() if end <= RESUMED_UNTIL - WATERMARK
+        1
+        for end, *_ in sessions([*lake["views"], late_bridge(), late_signup()]).values()
+        if end <= RESUMED_UNTIL - WATERMARK
     )
 
     # A published session whose views no run of the transforms explains: the audit names it.

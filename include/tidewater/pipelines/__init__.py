@@ -16,13 +16,21 @@ from types import ModuleType
 
 from tidewater.config import Settings
 from tidewater.errors import ConfigError, PipelineError
-from tidewater.pipelines.base import GoldTable, Pipeline, Projection, SessionAggregate, WindowAggregate
+from tidewater.pipelines.base import (
+    GoldTable,
+    Pipeline,
+    Projection,
+    SessionAggregate,
+    StreamJoin,
+    WindowAggregate,
+)
 
 __all__ = [
     "GoldTable",
     "Pipeline",
     "Projection",
     "SessionAggregate",
+    "StreamJoin",
     "WindowAggregate",
     "all_pipelines",
     "get_pipeline",

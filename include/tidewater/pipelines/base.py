@@ -50,8 +50,9 @@ class GoldTable:
     * :meth:`feed_margins`: how much silver around an interval feeds the rows starting in it;
     * :attr:`grows_until_quiet`: a row may reach past any fixed margin (a session goes on while
       events keep coming), so a bounded recompute widens its feed until no row it owns touches the edge;
-    * :attr:`rows_merge`: a late event may merge two published rows into one (sessions), so a
-      correction removes the row that no longer exists, with a ledger entry.
+    * :attr:`rows_merge`: a late event may change which rows exist (two sessions merge into one, an
+      unmatched join row becomes a match), so a correction removes the row that no longer exists,
+      with a ledger entry.
     """
 
     name: str
@@ -117,6 +118,29 @@ class SessionAggregate(GoldTable):
     def feed_margins(self) -> tuple[dt.timedelta, dt.timedelta]:
         gap = parse_duration(self.gap)
         return gap, gap
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamJoin(GoldTable):
+    """A time-bounded stream-stream join: each left event with the right events of the same key that
+    happen within ``bound`` after it (inner), and for a left outer join each left event no right event
+    matched, emitted once the watermark passes ``left time + bound``.
+
+    ``build`` watermarks both sides and joins them with that time condition (see
+    :func:`tidewater.transforms.bounded_join`); its rows span ``window_start`` = the left event's time to
+    ``window_end`` = left time + ``bound`` (after which no match can come). Spark emits join rows in
+    append mode. A batch interval owns the rows whose left event lies in it and reads the right side
+    ``bound`` further. A late right event can turn an unmatched row into a matched one: the correction
+    writes the match and removes the unmatched row (its key no longer exists), with ledger entries.
+    """
+
+    bound: str  # e.g. "30 minutes"
+
+    output_mode: ClassVar[str] = "append"
+    rows_merge: ClassVar[bool] = True
+
+    def feed_margins(self) -> tuple[dt.timedelta, dt.timedelta]:
+        return dt.timedelta(0), parse_duration(self.bound)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from tidewater.pipelines.base import GoldTable, Pipeline, Projection, SessionAggregate, WindowAggregate
+from tidewater.pipelines.base import GoldTable, Pipeline, Projection, SessionAggregate, StreamJoin, WindowAggregate
 
 
 def kind_of(gold: GoldTable) -> str:
@@ -20,6 +20,8 @@ def kind_of(gold: GoldTable) -> str:
         return f"session gap {gold.gap}"
     if isinstance(gold, Projection):
         return "projection"
+    if isinstance(gold, StreamJoin):
+        return f"join within {gold.bound}"
     return type(gold).__name__
 
 

@@ -14,6 +14,11 @@ Gold:
   ``landing_page`` (first page) and ``exit_page`` (last page). The stream emits a session once the
   watermark passes its end; a late view that falls between two visits of a visitor bridges them, and
   the late-data correction replaces both with one (ledger: one changed row, one removed).
+* ``pricing_conversions``: each view of the pricing page joined to the same visitor's sign-up views
+  of the 30 minutes after it (a stream-stream join with both sides watermarked); a pricing view no
+  sign-up followed is emitted once the watermark passes it + 30 minutes, with ``converted`` false:
+  ``window_start`` = the pricing view, ``window_end`` = 30 minutes later, ``visitor_id``,
+  ``pricing_view_id``, ``signup_view_id`` (empty when none), ``signup_at``, ``converted``.
 * ``signups``: every view of the sign-up page, as it happened (a projection: one row per event, no
   state, nothing waits for a watermark): ``view_id``, ``viewed_at``, ``visitor_id``, ``referrer``,
   ``device``.
@@ -34,7 +39,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
-from tidewater.pipelines.base import Pipeline, Projection, SessionAggregate, WindowAggregate
+from tidewater.pipelines.base import Pipeline, Projection, SessionAggregate, StreamJoin, WindowAggregate
 from tidewater.pipelines.contract import NotAfterArrival, OneOf, Quality, Required
 from tidewater.pipelines.samples import (
     EventContext,
@@ -45,12 +50,14 @@ from tidewater.pipelines.samples import (
     set_field,
     truncated_json,
 )
-from tidewater.transforms import session_aggregates, windowed_counts
+from tidewater.transforms import bounded_join, session_aggregates, windowed_counts
 
 WATERMARK = "2 minutes"
 SESSION_GAP = "30 minutes"
 DEVICES = ("desktop", "mobile", "tablet")
 SIGNUP_PAGE = "/signup"
+PRICING_PAGE = "/pricing"
+CONVERSION_BOUND = "30 minutes"
 
 PAYLOAD = StructType(
     [
@@ -119,6 +126,35 @@ def visitor_sessions(silver: DataFrame) -> DataFrame:
             "exit_page": _last("page"),
             "last_view_at": F.max("viewed_at"),
         },
+    )
+
+
+def pricing_conversions(silver: DataFrame) -> DataFrame:
+    pricing = silver.where(F.col("page") == PRICING_PAGE).select(
+        F.col("view_id").alias("pricing_view_id"), F.col("visitor_id"), F.col("viewed_at").alias("pricing_at")
+    )
+    signup = silver.where(F.col("page") == SIGNUP_PAGE).select(
+        F.col("view_id").alias("signup_view_id"),
+        F.col("visitor_id").alias("signup_visitor"),
+        F.col("viewed_at").alias("signup_at"),
+    )
+    joined = bounded_join(
+        pricing,
+        signup,
+        left_time="pricing_at",
+        right_time="signup_at",
+        key=("visitor_id", "signup_visitor"),
+        bound=CONVERSION_BOUND,
+        watermark=WATERMARK,
+    )
+    return joined.select(
+        F.col("pricing_at").alias("window_start"),
+        (F.col("pricing_at") + F.expr(f"INTERVAL {CONVERSION_BOUND}")).alias("window_end"),
+        "visitor_id",
+        "pricing_view_id",
+        F.coalesce("signup_view_id", F.lit("")).alias("signup_view_id"),  # a key column: never null
+        "signup_at",
+        F.col("signup_view_id").isNotNull().alias("converted"),
     )
 
 
@@ -212,6 +248,13 @@ PIPELINE = Pipeline(
             keys=("window_start", "visitor_id"),
             gap=SESSION_GAP,
             build=visitor_sessions,
+        ),
+        StreamJoin(
+            name="pricing_conversions",
+            description="Pricing-page views and the sign-ups of the same visitor within 30 minutes after",
+            keys=("window_start", "pricing_view_id", "signup_view_id"),
+            bound=CONVERSION_BOUND,
+            build=pricing_conversions,
         ),
         Projection(
             name="signups",
