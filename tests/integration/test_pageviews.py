@@ -296,7 +296,7 @@ def test_sessions_are_emitted_once_closed_and_exact(lake):
     watermark = RESUMED_UNTIL - WATERMARK
     streamed = published_sessions(layout)
     assert all(end <= watermark for end, *_ in streamed.values())  # append mode: only closed sessions
-    expected = closed(sessions(views), watermark - dt.timedelta(minutes=1))  # the last batch may not have closed the rest
+    expected = closed(sessions(views), watermark - dt.timedelta(minutes=1))  # the last batch may close no later
     assert {k: v for k, v in streamed.items() if k in expected} == expected
     assert set(streamed) <= set(sessions(views))
     bridge = {k: v for k, v in streamed.items() if k[1] == BRIDGE}
