@@ -14,6 +14,7 @@ def test_the_description_names_each_kind_with_its_mode_and_feed():
     sessions = gold["gold/visitor_sessions"]
     assert sessions.endswith("batch reads 30 min before / 30 min after the interval (widened while rows grow)")
     assert "projection; keys view_id; stream append; batch reads 0 before / 0 after" in gold["gold/signups"]
+    assert gold["gold/pricing_conversions"].split(": ", 1)[1].startswith("join within 30 minutes; keys window_start")
 
 
 def test_the_flowchart_has_an_edge_per_table():

@@ -70,6 +70,9 @@ def test_table_kinds_declare_their_stream_mode_and_feed():
     assert sessions.output_mode == "append" and sessions.grows_until_quiet and sessions.rows_merge
     assert sessions.feed_margins() == (dt.timedelta(minutes=30), dt.timedelta(minutes=30))
     assert hourly.span == sessions.span == ("window_start", "window_end")
+    joined = pageviews.gold_table("pricing_conversions")  # a join: append, right side read one bound further
+    assert joined.output_mode == "append" and joined.rows_merge and not joined.grows_until_quiet
+    assert joined.feed_margins() == (dt.timedelta(0), dt.timedelta(minutes=30))
     signups = pageviews.gold_table("signups")  # a projection: one row per event, spanning its instant
     assert signups.output_mode == "append" and not signups.grows_until_quiet and not signups.rows_merge
     assert signups.span == ("viewed_at", "viewed_at") and signups.feed_margins() == (dt.timedelta(0),) * 2
