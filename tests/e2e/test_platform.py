@@ -131,17 +131,27 @@ def test_platform_end_to_end(spark, tmp_path: Path):
 
         caught_up = wait_for(lambda: runs_of("scheduled"), timeout_s=600, what="the catch-up run", log=log)
         assert [r["state"] for r in caught_up] == ["success"], caught_up
-        backfill = airflow.request(
-            "POST",
-            "/api/v2/backfills",
-            {
-                "dag_id": "tidewater_batch_rsvps",
-                "from_date": batch_start.isoformat(),
-                "to_date": batch_start.isoformat(),
-                "max_active_runs": 1,
-                "reprocess_behavior": "completed",
-            },
-        )
+
+        def create_backfill() -> dict[str, Any] | None:
+            try:
+                return airflow.request(
+                    "POST",
+                    "/api/v2/backfills",
+                    {
+                        "dag_id": "tidewater_batch_rsvps",
+                        "from_date": batch_start.isoformat(),
+                        "to_date": batch_start.isoformat(),
+                        "max_active_runs": 1,
+                        "reprocess_behavior": "completed",
+                    },
+                )
+            except AirflowError as exc:
+                # Airflow on SQLite answers 503 "Database is locked" while the scheduler writes: try again.
+                if "HTTP 503" in str(exc) and "locked" in str(exc):
+                    return None
+                raise
+
+        backfill = wait_for(create_backfill, timeout_s=120, what="Airflow to accept the backfill")
 
         def backfill_done() -> list[dict[str, Any]] | None:
             return runs_of("backfill")
