@@ -180,17 +180,7 @@ def windowed_counts(
     streaming aggregation finite; on a batch DataFrame it changes nothing.
     """
     bucket = F.window(time_column, window, slide) if slide else F.window(time_column, window)
-    return (
-        events.withWatermark(time_column, watermark)
-        .groupBy(bucket.alias("w"), *group_by)
-        .agg(*[column.alias(name) for name, column in measures.items()])
-        .select(
-            F.col("w.start").alias("window_start"),
-            F.col("w.end").alias("window_end"),
-            *group_by,
-            *measures,
-        )
-    )
+    return _aggregate(events, time_column, watermark, bucket, group_by, measures)
 
 
 def session_aggregates(
@@ -208,9 +198,21 @@ def session_aggregates(
     ``session_window``). On a stream the watermark closes a session once it passes ``window_end``;
     only then is it emitted (append mode). On a batch DataFrame the watermark changes nothing.
     """
+    return _aggregate(events, time_column, watermark, F.session_window(time_column, gap), group_by, measures)
+
+
+def _aggregate(
+    events: DataFrame,
+    time_column: str,
+    watermark: str,
+    bucket: Column,
+    group_by: Sequence[str],
+    measures: Mapping[str, Column],
+) -> DataFrame:
+    """Watermarked aggregate per (time bucket, keys), the bucket's bounds as ``window_start``/``window_end``."""
     return (
         events.withWatermark(time_column, watermark)
-        .groupBy(F.session_window(time_column, gap).alias("w"), *group_by)
+        .groupBy(bucket.alias("w"), *group_by)
         .agg(*[column.alias(name) for name, column in measures.items()])
         .select(
             F.col("w.start").alias("window_start"),
