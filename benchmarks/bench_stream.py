@@ -105,7 +105,7 @@ def measure_throughput(base: Settings, backlog: int, work: Path) -> dict[str, fl
     # Batches of 100k: the first (cold JVM) batch is a small part of the backlog, and the slope
     # below is taken between 20% and 90% of it, i.e. at steady state.
     settings = base.replace(state_dir=str(work / "throughput"), max_offsets_per_trigger=100_000)
-    topic = settings.topic(RSVPS.topic)
+    topic = settings.topic(RSVPS.source().topic)
     ensure_topic(settings, topic, 4)
     produce_s = preload(settings, topic, backlog)
     print(f"  backlog of {backlog:,} events produced in {produce_s:.1f} s", flush=True)
@@ -136,7 +136,7 @@ def measure_throughput(base: Settings, backlog: int, work: Path) -> dict[str, fl
 
 def measure_latency(base: Settings, rate: float, seconds: float, warmup: float, work: Path) -> dict[str, float]:
     settings = base.replace(state_dir=str(work / "latency"), trigger_seconds=1.0)
-    topic = settings.topic(RSVPS.topic)
+    topic = settings.topic(RSVPS.source().topic)
     ensure_topic(settings, topic, 4)
     job = launch_stream_job(settings, "rsvps", work / "latency.log")
     sampler = MemorySampler(job.pid)

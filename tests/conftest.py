@@ -158,7 +158,7 @@ def rsvp_settings(kafka_settings: Settings, make_topic: Callable[..., str]) -> S
 
     prefix = make_topic(partitions=1, prefix="unused") + "-"
     settings = kafka_settings.replace(kafka_topic_prefix=prefix)
-    ensure_topic(settings, settings.topic(get_pipeline("rsvps").topic), 4)
+    ensure_topic(settings, settings.topic(get_pipeline("rsvps").source().topic), 4)
     return settings
 
 

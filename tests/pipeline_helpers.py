@@ -100,7 +100,7 @@ def streamed_lake(
         kafka_topic_prefix=f"{prefix}-{uuid.uuid4().hex[:8]}-",
         max_offsets_per_trigger=1500,
     )
-    topic = settings.topic(get_pipeline("rsvps").topic)
+    topic = settings.topic(get_pipeline("rsvps").source().topic)
     ensure_topic(settings, topic, 4)
     knobs = {
         "rate": 10,

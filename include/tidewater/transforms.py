@@ -150,17 +150,18 @@ def first_per_key(rows: DataFrame, key: str, *, kept: DataFrame | None = None) -
 HELD_METRIC = "held_ahead_of_clock"
 
 
-def watermark_safe(events: DataFrame, time_column: str, max_lead: str) -> DataFrame:
+def watermark_safe(events: DataFrame, time_column: str, max_lead: str, *, metric: str = HELD_METRIC) -> DataFrame:
     """The events a streaming watermark may follow: none more than ``max_lead`` ahead of ``ingest_time``.
 
     Spark's watermark is the latest event time seen minus the delay, so a single event stamped far
     ahead (a producer's clock, or a forged time) would push it past every on-time event and drop them
     all. Events ahead of the platform's clock are held out of the stream (counted in the query's
-    observed metric ``held_ahead_of_clock``); they stay in silver, and the batch recompute and the
-    late-data correction count them once their windows close. Batch jobs do not call this.
+    observed metric ``metric``, ``held_ahead_of_clock`` or, per input of a join,
+    ``held_ahead_of_clock_<source>``); they stay in silver, and the batch recompute and the late-data
+    correction count them once their windows close. Batch jobs do not call this.
     """
     ahead = F.col(time_column) > F.col("ingest_time") + F.expr(f"INTERVAL {max_lead}")
-    observed = events.observe(HELD_METRIC, F.sum(F.when(ahead, 1).otherwise(0)).alias("rows"))
+    observed = events.observe(metric, F.sum(F.when(ahead, 1).otherwise(0)).alias("rows"))
     return observed.where(~ahead)
 
 
@@ -231,17 +232,21 @@ def bounded_join(
     right_time: str,
     key: tuple[str, str],
     bound: str,
-    watermark: str,
+    watermark: str | tuple[str, str],
+    lookback: str | None = None,
     how: str = "left_outer",
 ) -> DataFrame:
     """``left`` joined to the ``right`` rows of the same key (``key`` = (left column, right column)) whose
-    ``right_time`` lies in ``[left_time, left_time + bound]``; both sides watermarked, so a stream keeps
+    ``right_time`` lies in ``[left_time - lookback, left_time + bound]`` (``lookback`` None: from
+    ``left_time``); both sides watermarked (``watermark``: one delay, or (left's, right's)), so a stream keeps
     bounded state and emits a left row no right row matched once the watermark passes its bound.
     Column names of the two sides must differ (a self-join renames one side first). On batch
     DataFrames the watermarks change nothing."""
+    earliest = F.col(left_time) - F.expr(f"INTERVAL {lookback}") if lookback else F.col(left_time)
     condition = (
         (F.col(key[0]) == F.col(key[1]))
-        & (F.col(right_time) >= F.col(left_time))
+        & (F.col(right_time) >= earliest)
         & (F.col(right_time) <= F.col(left_time) + F.expr(f"INTERVAL {bound}"))
     )
-    return left.withWatermark(left_time, watermark).join(right.withWatermark(right_time, watermark), condition, how)
+    left_delay, right_delay = (watermark, watermark) if isinstance(watermark, str) else watermark
+    return left.withWatermark(left_time, left_delay).join(right.withWatermark(right_time, right_delay), condition, how)

@@ -43,9 +43,9 @@ def world(broker, tmp_path_factory: pytest.TempPathFactory, spark) -> dict[str, 
         kafka_topic_prefix=f"dagruns-{id(tmp_path_factory):x}-",
         kafka_request_timeout_ms=5000,
     )
-    ensure_topic(settings, settings.topic(RSVPS.topic), 2)
+    ensure_topic(settings, settings.topic(RSVPS.source().topic), 2)
     produce_generated(
-        settings, settings.topic(RSVPS.topic), GeneratorConfig(seed=31, start_time_ms=START, rate=10), 3000
+        settings, settings.topic(RSVPS.source().topic), GeneratorConfig(seed=31, start_time_ms=START, rate=10), 3000
     )
     run_stream(spark, settings)
     return {"settings": settings, "layout": PipelineLayout.of(settings, RSVPS)}
@@ -107,7 +107,7 @@ def test_blocking_audit_failure_holds_back_the_intervals_gold(airflow_home, worl
     noon = parse_ts("2026-11-21T12:00:00.000Z")
     produce_generated(
         settings,
-        settings.topic(RSVPS.topic),
+        settings.topic(RSVPS.source().topic),
         GeneratorConfig(seed=33, start_time_ms=noon, rate=10, loss_rate=0.05),
         600,
     )
@@ -169,7 +169,7 @@ def test_correction_dag_folds_late_events_into_gold_with_a_ledger(airflow_home, 
     # Events of 10:00:00 .. 10:00:05 that reach Kafka six minutes later, when the watermark is past 10:03.
     happened = generate(GeneratorConfig(seed=32, start_time_ms=START, rate=10), 50)
     late = [dataclasses.replace(r, timestamp_ms=r.timestamp_ms + 360_000) for r in happened]
-    send(settings, settings.topic(RSVPS.topic), late)
+    send(settings, settings.topic(RSVPS.source().topic), late)
     run_stream(spark, settings)  # the stream keeps them in silver but its gold drops them (behind the watermark)
     name = "venue_response_counts"
     closed = dt.datetime(2026, 11, 21, 10, 2)  # windows ending by then are behind the watermark (~10:03)

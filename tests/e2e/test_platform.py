@@ -187,7 +187,7 @@ def test_stream_outlives_airflow(broker, tmp_path: Path):
         kafka_topic_prefix=f"outlive-{os.getpid()}-",
         pipelines="rsvps",  # one stream job is what this test is about
     )
-    ensure_topic(settings, settings.topic(RSVPS.topic), 2)
+    ensure_topic(settings, settings.topic(RSVPS.source().topic), 2)
     stop_generator = threading.Event()
     generator = start_generator(settings, rate=30, seed=3, stop=stop_generator)
     control = StreamControl(settings, "rsvps")

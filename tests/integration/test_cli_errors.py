@@ -60,7 +60,7 @@ def live_env(env: dict[str, str], broker, make_topic) -> dict[str, str]:
     """A reachable broker with the rsvps topic under a unique prefix."""
     prefix = make_topic(partitions=1, prefix="cli") + "-"
     env = {**env, "TIDEWATER_KAFKA_BOOTSTRAP_SERVERS": broker.bootstrap_servers, "TIDEWATER_KAFKA_TOPIC_PREFIX": prefix}
-    ensure_topic(Settings.from_env(env), prefix + RSVPS.topic, 2)
+    ensure_topic(Settings.from_env(env), prefix + RSVPS.source().topic, 2)
     return env
 
 
@@ -112,7 +112,7 @@ def test_corrupt_checkpoint(live_env):
         pipeline="rsvps",
         namespace=layout.namespace,
         query="bronze",
-        source=f"kafka:{Settings.from_env(live_env).topic(RSVPS.topic)}",
+        source=f"kafka:{Settings.from_env(live_env).topic(RSVPS.source().topic)}",
         target=layout.table_uri("bronze"),
     )
     checkpoint.release()

@@ -31,7 +31,7 @@ TOTAL = 4_000
 
 def test_recompute_beside_the_running_stream_loses_nothing(spark, kafka_settings, make_topic):
     settings = kafka_settings.replace(kafka_topic_prefix=make_topic(partitions=1, prefix="cw") + "-")
-    topic = settings.topic(RSVPS.topic)
+    topic = settings.topic(RSVPS.source().topic)
     ensure_topic(settings, topic, 2)
     config = GeneratorConfig(seed=17, start_time_ms=parse_ts("2026-11-21T10:00:00.000Z"), rate=10, duplicate_rate=0.03)
     records = list(generate(config, TOTAL))  # event time 10:00 .. 10:06:40

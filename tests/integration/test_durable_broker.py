@@ -225,7 +225,7 @@ def test_stream_survives_broker_kill_9(durable_broker: DurableBroker, tmp_path: 
         max_offsets_per_trigger=1500,
         trigger_seconds=1.0,
     )
-    topic = settings.topic(RSVPS.topic)
+    topic = settings.topic(RSVPS.source().topic)
     ensure_topic(settings, topic, 4)
     config = GeneratorConfig(
         seed=11,

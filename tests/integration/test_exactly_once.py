@@ -114,7 +114,7 @@ def test_exactly_once_under_kill_9(spark, kafka_settings, make_topic, tmp_path: 
         max_offsets_per_trigger=1500,
         trigger_seconds=1.0,
     )
-    topic = settings.topic(RSVPS.topic)
+    topic = settings.topic(RSVPS.source().topic)
     ensure_topic(settings, topic, 4)
     layout = PipelineLayout.of(settings, RSVPS)
     config = GeneratorConfig(

@@ -34,15 +34,13 @@ from tidewater.pipelines.layout import PipelineLayout
 from tidewater.streaming.writers import BronzeSilverWriter, SilverWriter
 
 RSVPS = get_pipeline("rsvps")
-PARTITIONING = {"bronze": ("ingest_date",), "silver": ("event_date",), "quarantine": ("quarantine_date",)}
-PARTITIONING["conflicts"] = ("detected_date",)
 
 
 def make_lake(spark, state_dir: str) -> PipelineLayout:
     layout = PipelineLayout.of(Settings(state_dir=state_dir), RSVPS)
     schemas = RSVPS.schemas(spark)
     for name in ("bronze", "silver", "quarantine", "conflicts"):
-        LakeTable(layout.table_uri(name)).ensure(schemas[name], partition_by=PARTITIONING[name])
+        LakeTable(layout.table_uri(name)).ensure(schemas[name], partition_by=RSVPS.partitioning(name))
     return layout
 
 
@@ -51,10 +49,9 @@ def write_batch(spark, layout: PipelineLayout, items: list[Hostile], batch_id: i
     frame = spark.createDataFrame(pa.Table.from_batches([kafka_batch(items, first_offset=first_offset)]))
     table = layout.table
     writer = BronzeSilverWriter(
-        RSVPS,
         bronze=table("bronze"),
         silver=SilverWriter(
-            RSVPS,
+            RSVPS.source(),
             silver=table("silver"),
             quarantine=table("quarantine"),
             conflicts=table("conflicts"),
@@ -94,7 +91,7 @@ def check_lake(spark, layout: PipelineLayout, sent: list[Hostile]) -> dict[str, 
 
     in_silver, in_quarantine = lineage(silver), lineage(quarantine)
     assert not in_silver & in_quarantine, "a record is in silver or in quarantine, never both"
-    keys = silver[RSVPS.key].to_pylist()
+    keys = silver[RSVPS.source().key].to_pylist()
     assert len(keys) == len(set(keys)), "one silver row per key"
     value_of = dict(zip(coordinates, bronze["value"].to_pylist(), strict=True))
     copies = set(coordinates) - in_silver - in_quarantine
@@ -109,11 +106,11 @@ def check_lake(spark, layout: PipelineLayout, sent: list[Hostile]) -> dict[str, 
     # Batch is a bounded stream: the batch path's transform over bronze gives the same silver (keeping, as a
     # recompute does, the copies silver holds: the stream's first is the first it processed).
     kept = read_table(spark, layout.table_uri("silver"))
-    batch = RSVPS.silver_from_bronze(read_table(spark, layout.table_uri("bronze")), kept=kept).toArrow()
+    batch = RSVPS.source().silver_from_bronze(read_table(spark, layout.table_uri("bronze")), kept=kept).toArrow()
     streamed = sorted(zip(keys, silver["kafka_partition"].to_pylist(), silver["kafka_offset"].to_pylist(), strict=True))
     recomputed = sorted(
         zip(
-            batch[RSVPS.key].to_pylist(),
+            batch[RSVPS.source().key].to_pylist(),
             batch["kafka_partition"].to_pylist(),
             batch["kafka_offset"].to_pylist(),
             strict=True,
@@ -210,14 +207,14 @@ def test_a_record_that_breaks_the_transforms_is_quarantined_and_the_batch_goes_o
     from tidewater.pipelines import base
 
     poisoned = "poison-" + "x" * 8
-    original = base.Pipeline.parse
+    original = base.Source.parse
 
     def parse_that_fails_on_poison(self, bronze):
         parsed = original(self, bronze)
         boom = F.raise_error(F.lit("cannot handle this value"))
         return parsed.withColumn("event_id", F.when(F.col("event_id") == poisoned, boom).otherwise(F.col("event_id")))
 
-    monkeypatch.setattr(base.Pipeline, "parse", parse_that_fails_on_poison)
+    monkeypatch.setattr(base.Source, "parse", parse_that_fails_on_poison)
     layout = make_lake(spark, str(tmp_path))
     good = valid_events(24, seed=9)
     bad = Hostile(good[0].value.replace(json.loads(good[0].value)["event_id"].encode(), poisoned.encode()))
@@ -247,7 +244,7 @@ def test_a_pipeline_may_opt_into_lenient_parsing(spark) -> None:
     lenient_spellings = [valid + b" trailing", valid[:-1] + b',"response":"no"}']
     items = [Hostile(v) for v in lenient_spellings]
     bronze = transforms.to_bronze(spark.createDataFrame(pa.Table.from_batches([kafka_batch(items)])))
-    strict = RSVPS.parse(bronze).select("_error").toArrow().column(0).to_pylist()
+    strict = RSVPS.source().parse(bronze).select("_error").toArrow().column(0).to_pylist()
     assert all(reason and reason.startswith("malformed JSON") for reason in strict), strict
     lenient = dataclasses.replace(RSVPS, strict_json=False)
     parsed = lenient.parse(bronze).select("_error", "response").toArrow().to_pylist()

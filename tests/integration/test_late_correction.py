@@ -54,7 +54,7 @@ def lake(spark, broker, tmp_path_factory) -> Settings:
         kafka_bootstrap_servers=broker.bootstrap_servers,
         kafka_topic_prefix=f"late-{uuid.uuid4().hex[:8]}-",
     )
-    topic = settings.topic(RSVPS.topic)
+    topic = settings.topic(RSVPS.source().topic)
     ensure_topic(settings, topic, 4)
     produce_generated(settings, topic, ON_TIME, 3000)
     stream(spark, settings)

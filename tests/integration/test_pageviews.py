@@ -232,7 +232,7 @@ def lake(spark, broker, tmp_path_factory) -> dict[str, Any]:
         kafka_topic_prefix=f"pv-{uuid.uuid4().hex[:8]}-",
         max_offsets_per_trigger=400,
     )
-    topic = settings.topic(PAGEVIEWS.topic)
+    topic = settings.topic(PAGEVIEWS.source().topic)
     ensure_topic(settings, topic, 2)
     layout = PipelineLayout.of(settings, PAGEVIEWS)
     views = script()
@@ -332,7 +332,7 @@ def test_batch_equals_stream_for_windows_and_sessions(lake, spark):
 def test_a_late_view_bridging_two_sessions_is_corrected_with_a_ledger(lake, spark):
     settings, layout, views = lake["settings"], lake["layout"], lake["views"]
     late = late_bridge()
-    send(settings, settings.topic(PAGEVIEWS.topic), [late])
+    send(settings, settings.topic(PAGEVIEWS.source().topic), [late])
     run_stream(spark, settings, "pageviews")  # silver keeps it; the stream's gold drops it (behind the watermark)
     assert {k[0].minute for k in published_sessions(layout) if k[1] == BRIDGE} == {0, 45}
 
@@ -375,7 +375,7 @@ def test_a_late_view_bridging_two_sessions_is_corrected_with_a_ledger(lake, spar
 def test_a_late_signup_turns_an_unmatched_pricing_view_into_a_conversion(lake, spark):
     settings, layout = lake["settings"], lake["layout"]
     assert published_conversions(layout)[(HOUR + dt.timedelta(minutes=5), "join-pricing", "")][3] is False
-    send(settings, settings.topic(PAGEVIEWS.topic), [late_signup()])
+    send(settings, settings.topic(PAGEVIEWS.source().topic), [late_signup()])
     run_stream(spark, settings, "pageviews")  # the join drops it (behind the watermark); silver keeps it
     assert (HOUR + dt.timedelta(minutes=5), "join-pricing", "late-signup") not in published_conversions(layout)
 

@@ -90,7 +90,7 @@ def test_sandbox_replay_gives_what_the_stream_gave(spark, lake, source):
         sandbox_namespace=sandbox,
     )
     assert result.namespace == sandbox and result.mode == "replay"
-    assert result.source == ("bronze:live" if source == "bronze" else f"kafka:{lake.topic(RSVPS.topic)}")
+    assert result.source == ("bronze:live" if source == "bronze" else f"kafka:{lake.topic(RSVPS.source().topic)}")
 
     drop = ("ingest_time",) if source == "kafka" else ()
     live_silver = silver_rows(spark, lake, drop=drop)

@@ -58,7 +58,7 @@ def test_bronze_silver_quarantine_gold(spark, rsvp_settings, silver_query):
         out_of_order_max_ms=20_000,
         malformed_rate=0.03,
     )
-    sent = produce_generated(rsvp_settings, rsvp_settings.topic(RSVPS.topic), config, 3000)
+    sent = produce_generated(rsvp_settings, rsvp_settings.topic(RSVPS.source().topic), config, 3000)
     run_available_now(spark, rsvp_settings)
 
     bronze = table_rows(spark, rsvp_settings, "bronze")
@@ -95,7 +95,7 @@ def test_late_events_are_kept_in_silver_and_counted(spark, rsvp_settings):
 
     Spark counts dropped rows at the state store, after partial aggregation, so its figure is in
     partial-aggregate rows (<= events); the exact event count is the recompute difference."""
-    topic = rsvp_settings.topic(RSVPS.topic)
+    topic = rsvp_settings.topic(RSVPS.source().topic)
     on_time = GeneratorConfig(seed=21, start_time_ms=START, rate=10)
     produce_generated(rsvp_settings, topic, on_time, 3000)  # event time 10:00 .. 10:05
     run_available_now(spark, rsvp_settings)
@@ -122,7 +122,7 @@ def test_reexecuted_silver_batch_changes_nothing(spark, rsvp_settings):
     """Deleting the last entry of Spark's commit log makes Spark re-run that batch: the Delta app
     transaction recognises it, so bronze, silver, quarantine and gold keep their versions and contents."""
     config = GeneratorConfig(seed=5, start_time_ms=START, rate=20, duplicate_rate=0.05, malformed_rate=0.05)
-    produce_generated(rsvp_settings, rsvp_settings.topic(RSVPS.topic), config, 1000)
+    produce_generated(rsvp_settings, rsvp_settings.topic(RSVPS.source().topic), config, 1000)
     run_available_now(spark, rsvp_settings)
 
     layout = PipelineLayout.of(rsvp_settings, RSVPS)

@@ -58,7 +58,7 @@ def test_supervised_stream_survives_kill_9(spark, kafka_settings, make_topic, tm
         max_offsets_per_trigger=2000,
         stream_stop_timeout_seconds=60,
     )
-    topic = settings.topic(RSVPS.topic)
+    topic = settings.topic(RSVPS.source().topic)
     ensure_topic(settings, topic, 4)
     config = GeneratorConfig(
         seed=7, start_time_ms=parse_ts("2026-11-21T09:00:00.000Z"), rate=50, duplicate_rate=0.02, malformed_rate=0.01
@@ -139,7 +139,7 @@ def test_crash_looping_stream_is_failed_then_resumed(kafka_settings, make_topic,
         stream_startup_seconds=120,
         stream_stop_timeout_seconds=30,
     )
-    topic = settings.topic(RSVPS.topic)
+    topic = settings.topic(RSVPS.source().topic)
     ensure_topic(settings, topic, 1)
     checkpoint = PipelineLayout.of(settings, RSVPS).checkpoint("bronze")
     (checkpoint / "offsets").mkdir(parents=True)  # left by another tool: the driver refuses it in its preflight

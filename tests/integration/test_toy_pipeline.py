@@ -69,7 +69,7 @@ def lake(toy, spark, broker, tmp_path_factory) -> dict[str, Any]:
         kafka_topic_prefix=f"toy-{uuid.uuid4().hex[:8]}-",
         pipeline_modules=str(TOY_MODULE),
     )
-    topic = settings.topic(toy.topic)
+    topic = settings.topic(toy.source().topic)
     ensure_topic(settings, topic, 2)
     sent = send(settings, topic, readings(START, 1200, seed=1))  # 10:00-10:04 at 5 per second
     run_stream(spark, settings, "toy")
@@ -149,7 +149,7 @@ def test_audit_passes_with_its_own_suites(toy, lake, spark):
 def test_late_readings_are_corrected_with_a_ledger(toy, lake, spark):
     settings, layout = lake["settings"], lake["layout"]
     late = lake["readings"](START, 40, seed=2, late_every=1)  # read 10:00:00-10:00:08, sent 10:05
-    send(settings, settings.topic(toy.topic), late)
+    send(settings, settings.topic(toy.source().topic), late)
     run_stream(spark, settings, "toy")  # silver keeps them; gold's 10:00 windows are closed
     streamed = closed_windows(gold_as_streamed(spark, settings, "per_meter_minute", "toy"))
     batch = closed_windows(gold_from_silver(spark, settings, "per_meter_minute", "toy"))

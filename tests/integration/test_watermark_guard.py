@@ -34,7 +34,7 @@ def forged(template: GeneratedRecord, *, event_time: str, kafka_ms: int) -> Gene
 
 
 def test_one_record_ahead_of_the_clock_cannot_drop_on_time_events(spark, rsvp_settings):
-    topic = rsvp_settings.topic(RSVPS.topic)
+    topic = rsvp_settings.topic(RSVPS.source().topic)
     now_ms = int(time.time() * 1000)
     # On-time events of the last two minutes, then the two hostile records, in the first run.
     first = list(generate(GeneratorConfig(seed=31, start_time_ms=now_ms - 120_000, rate=4), 400))

@@ -20,7 +20,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, StringType, StructField, StructType, TimestampType
 
-from tidewater.pipelines.base import Pipeline, WindowAggregate
+from tidewater.pipelines.base import Pipeline, Source, WindowAggregate
 from tidewater.pipelines.contract import Between, NotAfterArrival, Quality, Required
 from tidewater.pipelines.samples import EventContext, Payload, SampleEvents, set_field, truncated_json
 from tidewater.transforms import windowed_counts
@@ -63,24 +63,29 @@ SAMPLE_EVENTS = SampleEvents(
 PIPELINE = Pipeline(
     name="toy",
     description="Meter readings (a test-only pipeline)",
-    topic="toy-readings",
-    payload_schema=PAYLOAD,
-    columns={"reading_id": "p.reading_id", "read_at": "p.read_at", "meter": "p.meter", "kwh": "p.kwh"},
-    constraints=(
-        Required(("reading_id",), non_empty=True),
-        Required(("read_at",), reason="read_at missing or not an ISO-8601 timestamp"),
-        Required(("meter",)),
-        Between("kwh", 0, 1000, label="kwh"),
-        NotAfterArrival("read_at", tolerance="5 minutes"),
-    ),
-    key="reading_id",
-    event_time="read_at",
-    watermark="1 minute",
-    partition_column="read_date",
     entity_column="meter",
-    quality=Quality(rows_per_hour=(1, None), tolerated_invalid_fraction=0.2, tolerated_duplicate_fraction=0.2),
     suites_dir=str(Path(__file__).parent / "suites"),
     sample_events=SAMPLE_EVENTS,
+    sources=(
+        Source(
+            name="readings",
+            topic="toy-readings",
+            payload_schema=PAYLOAD,
+            columns={"reading_id": "p.reading_id", "read_at": "p.read_at", "meter": "p.meter", "kwh": "p.kwh"},
+            constraints=(
+                Required(("reading_id",), non_empty=True),
+                Required(("read_at",), reason="read_at missing or not an ISO-8601 timestamp"),
+                Required(("meter",)),
+                Between("kwh", 0, 1000, label="kwh"),
+                NotAfterArrival("read_at", tolerance="5 minutes"),
+            ),
+            key="reading_id",
+            event_time="read_at",
+            watermark="1 minute",
+            partition_column="read_date",
+            quality=Quality(rows_per_hour=(1, None), tolerated_invalid_fraction=0.2, tolerated_duplicate_fraction=0.2),
+        ),
+    ),
     gold=(
         WindowAggregate(
             name="per_meter_minute",

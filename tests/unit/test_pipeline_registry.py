@@ -25,7 +25,7 @@ def test_the_package_pipelines_alone_by_default(monkeypatch):
 
 def test_a_file_path_registers_its_pipeline(monkeypatch):
     monkeypatch.setenv("TIDEWATER_PIPELINE_MODULES", f" {TOY} ")
-    assert get_pipeline("toy").topic == "toy-readings"
+    assert get_pipeline("toy").source().topic == "toy-readings"
     assert set(all_pipelines()) >= {"rsvps", "toy"}
 
 

@@ -50,7 +50,9 @@ BARE_MODULE = """
 import dataclasses
 from tidewater.pipelines.rsvps import PIPELINE as RSVPS
 
-PIPELINE = dataclasses.replace(RSVPS, name="bare", topic="bare", sample_events=None)
+PIPELINE = dataclasses.replace(
+    RSVPS, name="bare", sources=(dataclasses.replace(RSVPS.source(), topic="bare"),), sample_events=None
+)
 """
 
 

@@ -101,7 +101,8 @@ def prepare(args: argparse.Namespace, settings: Settings) -> Callable[[SparkSess
     common: dict[str, Any] = {"run_id": run_id, "namespace": namespace}
 
     if args.batch_command == "recompute":
-        layout.table("bronze").open()  # LakePathError in one line if the namespace has no bronze
+        for name in layout.source_tables("bronze"):
+            layout.table(name).open()  # LakePathError in one line if the namespace has no bronze
         layers = tuple(layer.strip() for layer in args.layers.split(",") if layer.strip())
         if not layers or any(layer not in recompute.LAYERS for layer in layers):
             raise ConfigError(f"--layers {args.layers!r}: give silver, gold or silver,gold")
@@ -109,12 +110,14 @@ def prepare(args: argparse.Namespace, settings: Settings) -> Callable[[SparkSess
             spark, settings, pipeline, interval.start, interval.end, layers=layers, **common
         )
     if args.batch_command == "correct":
-        layout.table("silver").open()
+        for name in layout.source_tables("silver"):
+            layout.table(name).open()
         return lambda spark: correct_late_data(spark, settings, pipeline, interval.start, interval.end, **common)
 
     assert request is not None, "replay is the one command left"
     if request.source == BRONZE:
-        layout.table("bronze").open()
+        for name in layout.source_tables("bronze"):
+            layout.table(name).open()
     else:
         _check_topic(settings, pipeline)
     return lambda spark: recompute.run_replay(spark, settings, pipeline, request, **common)
@@ -148,7 +151,8 @@ def replay_request(
 
 
 def _check_topic(settings: Settings, pipeline: Pipeline) -> None:
-    """Broker reachable and topic present (one-line errors), before Spark plans a Kafka read."""
+    """Broker reachable and topics present (one-line errors), before Spark plans a Kafka read."""
     from tidewater.connectors.kafka_client import topic_partitions
 
-    topic_partitions(settings, settings.topic(pipeline.topic))
+    for source in pipeline.sources:
+        topic_partitions(settings, settings.topic(source.topic))

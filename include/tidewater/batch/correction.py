@@ -17,7 +17,7 @@ import datetime as dt
 import time
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from tidewater.batch import sources
@@ -28,7 +28,7 @@ from tidewater.batch.ledger import Ledger, entries_for
 from tidewater.batch.predicates import Selection
 from tidewater.batch.result import BatchResult, TableOutcome
 from tidewater.batch.targets import check_run_id, commit_metadata, ensure_tables
-from tidewater.batch.windows import closed_before, interval_gold
+from tidewater.batch.windows import gold_closed_before, interval_gold
 from tidewater.config import Settings
 from tidewater.lake.tables import CommitResult
 from tidewater.pipelines.base import FINAL, GoldTable, Pipeline
@@ -53,18 +53,20 @@ def correct_late_data(
     interval = Interval.parse(start, end)
     run_id = check_run_id(run_id)
     layout = PipelineLayout.of(settings, pipeline, namespace)
-    silver = layout.table("silver")
-    silver.open()  # no silver, nothing to correct from: one-line LakePathError
+    for source in pipeline.sources:
+        layout.table(pipeline.table_of(source, "silver")).open()  # no silver, nothing to correct from: one line
+    highs = sources.silver_highs(spark, layout)
     ensure_tables(spark, layout, [f"gold/{g.name}" for g in pipeline.gold])
-    high = sources.max_event_time(spark, silver, pipeline.event_time)
-    closed = closed_before(high, pipeline.watermark)
+    closed = None
     meta = commit_metadata(run_id=run_id, mode=MODE, interval=interval, source=f"silver:{layout.namespace}")
     ledger = Ledger(layout.ledger_uri(), lock=layout.ledger_lock())
     at = dt.datetime.now(dt.UTC)
     tables: dict[str, TableOutcome] = {}
     ledger_version = None
     for gold in pipeline.gold:
-        outcome, version = _correct_gold(spark, layout, gold, interval, closed, high, ledger, meta, run_id, at)
+        gold_closed, high = gold_closed_before(pipeline.inputs(gold), highs)
+        closed = gold_closed if closed is None or gold_closed is None else min(closed, gold_closed)
+        outcome, version = _correct_gold(spark, layout, gold, interval, gold_closed, high, ledger, meta, run_id, at)
         tables[f"gold/{gold.name}"] = outcome
         ledger_version = version if version is not None else ledger_version
     return BatchResult(
@@ -100,9 +102,8 @@ def _correct_gold(
     if closed is None:  # silver is empty: no window is closed
         return TableOutcome.of(CommitResult(False, table.version())), None
     windows = Selection(gold.span[0], interval)
-
-    def read(feed: Interval) -> DataFrame:
-        return sources.silver_for(spark, layout.table("silver"), pipeline, Selection(pipeline.event_time, feed))
+    inputs = pipeline.inputs(gold)
+    read = sources.input_reader(spark, layout, gold)
 
     # Held from the silver read until the commit: a stream commit to this table in between would make
     # our comparison stale and our upsert overwrite it.
@@ -118,8 +119,9 @@ def _correct_gold(
         version = None
         entries = []
         if plan.changes:
+            driving = inputs[0]  # late events are counted on the side whose events own the rows
             late = late_events(
-                spark, events, plan.changes, time_column=pipeline.event_time, delay=parse_duration(pipeline.watermark)
+                spark, events[0], plan.changes, time_column=driving.event_time, delay=parse_duration(driving.watermark)
             )
             entries = entries_for(name, plan.changes, late, run_id=run_id, mode=MODE, at=at)
             recorded = ledger.record(spark, entries, metadata=meta)

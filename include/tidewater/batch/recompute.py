@@ -50,11 +50,11 @@ from tidewater.batch.predicates import Selection, coerce_entities
 from tidewater.batch.requests import BRONZE, KAFKA, SANDBOX, ReplayRequest
 from tidewater.batch.result import BatchResult, TableOutcome
 from tidewater.batch.targets import check_run_id, commit_metadata, ensure_tables
-from tidewater.batch.windows import closed_before, interval_gold
+from tidewater.batch.windows import gold_closed_before, interval_gold
 from tidewater.config import Settings
 from tidewater.errors import ConfigError
 from tidewater.lake.reads import read_table
-from tidewater.pipelines.base import GoldTable, Pipeline
+from tidewater.pipelines.base import GoldTable, Pipeline, Source
 from tidewater.pipelines.layout import PipelineLayout
 from tidewater.times import iso, parse_duration
 
@@ -85,7 +85,8 @@ class Rebuild:
     @property
     def source_label(self) -> str:
         if self.source == KAFKA:
-            return f"kafka:{self.source_layout.settings.topic(self.pipeline.topic)}"
+            settings = self.source_layout.settings
+            return "kafka:" + ",".join(settings.topic(s.topic) for s in self.pipeline.sources)
         return f"bronze:{self.source_layout.namespace}"
 
     @property
@@ -169,7 +170,8 @@ def run_replay(
     """Run a checked request (see :func:`replay`); ``namespace`` is the one read (default: the settings')."""
     values: tuple[Any, ...] = ()
     if request.entities and pipeline.entity_column:
-        kind = pipeline.schemas(spark)["silver"].field(pipeline.entity_column).type
+        first_silver = pipeline.table_of(pipeline.sources[0], "silver")
+        kind = pipeline.schemas(spark)[first_silver].field(pipeline.entity_column).type
         values = coerce_entities(list(request.entities), pipeline.entity_column, kind)
     source_layout = PipelineLayout.of(settings, pipeline, namespace)
     plan = Rebuild(
@@ -187,12 +189,13 @@ def run_replay(
 
 
 def rebuild(spark: SparkSession, plan: Rebuild) -> BatchResult:
-    """Silver of the interval, then each gold table; see the module docstring."""
+    """Silver of the interval for each source, then each gold table; see the module docstring."""
     began = time.monotonic()
     pipeline, target = plan.pipeline, plan.target
     writes_silver, writes_gold = SILVER in plan.layers, GOLD in plan.layers
+    silver_tables = tuple(pipeline.table_of(s, SILVER) for s in pipeline.sources) if writes_silver else ()
     gold_tables = tuple(f"gold/{g.name}" for g in pipeline.gold) if writes_gold else ()
-    ensure_tables(spark, target, (*((SILVER,) if writes_silver else ()), *gold_tables))
+    ensure_tables(spark, target, (*silver_tables, *gold_tables))
     meta = commit_metadata(
         run_id=plan.run_id,
         mode=plan.mode,
@@ -200,50 +203,67 @@ def rebuild(spark: SparkSession, plan: Rebuild) -> BatchResult:
         source=plan.source_label,
         entities=plan.entities,
     )
-    silver_table = target.table("silver")
-    selection = Selection(pipeline.event_time, plan.interval, plan.entity_column, plan.entities)
     tables: dict[str, TableOutcome] = {}
-    source: DataFrame | None = None
+    fed: dict[str, DataFrame] = {}  # each source's silver rows as the source yields them (sandbox gold reads these)
     closed = None
     try:
         if writes_silver:
-            # The silver lock is held from before the source is read until the replace commits: a stream
-            # micro-batch that committed silver in between would hold rows of a bronze batch we did not
-            # read, and our replace of the interval would silently drop them. Holding it, the stream's
-            # silver MERGE waits and then inserts into our result (its insert-only MERGE adds only events
-            # we did not write), so no event is lost either way.
-            with target.lock("silver").hold(plan.purpose):
-                held = _held_in_silver(spark, plan)
-                source = _source_silver(spark, plan, held).persist(StorageLevel.MEMORY_AND_DISK)
-                fresh = source.where(selection.column())
-                if held is not None:  # a key silver holds with an event time outside the interval stays there
-                    outside = held.where(~Selection(pipeline.event_time, plan.interval).column())
-                    fresh = fresh.join(outside.select(pipeline.key), on=pipeline.key, how="left_anti")
-                fresh = fresh.orderBy(pipeline.partition_column, pipeline.event_time, pipeline.key)
-                result = silver_table.replace_where(fresh.toArrow(), selection.sql(), metadata=meta)
-                tables["silver"] = TableOutcome.of(result)
+            for source in pipeline.sources:
+                name = pipeline.table_of(source, SILVER)
+                tables[name], fed[source.name] = _rebuild_silver(spark, plan, source, meta)
         if not writes_gold:
             return _result(plan, tables, closed, 0, None, began)
-        # What Spark's watermark would be: the latest event time the source or the target has seen.
-        highs = [
-            sources.max_of(source, pipeline.event_time) if source is not None else None,
-            sources.max_event_time(spark, silver_table, pipeline.event_time),
-        ]
-        known = [h for h in highs if h is not None]
-        high = max(known) if known else None
-        closed = closed_before(high, pipeline.watermark)
+        highs = {s.name: _high(spark, plan, s, fed.get(s.name)) for s in pipeline.sources}
         ledger = Ledger(target.ledger_uri(), lock=target.ledger_lock())
         at = dt.datetime.now(dt.UTC)
         ledger_entries, ledger_version = 0, None
         for gold in pipeline.gold:
-            outcome, version = _rebuild_gold(spark, plan, gold, source, closed, high, ledger, meta, at)
+            inputs = pipeline.inputs(gold)
+            gold_closed, high = gold_closed_before(inputs, highs)
+            closed = gold_closed if closed is None or gold_closed is None else min(closed, gold_closed)
+            outcome, version = _rebuild_gold(spark, plan, gold, fed, gold_closed, high, ledger, meta, at)
             tables[f"gold/{gold.name}"] = outcome
             ledger_entries += outcome.ledger_entries
             ledger_version = version if version is not None else ledger_version
     finally:
-        if source is not None:
-            source.unpersist()
+        for frame in fed.values():
+            frame.unpersist()
     return _result(plan, tables, closed, ledger_entries, ledger_version, began)
+
+
+def _rebuild_silver(
+    spark: SparkSession, plan: Rebuild, source: Source, meta: dict[str, str]
+) -> tuple[TableOutcome, DataFrame]:
+    """Replace ``source``'s silver rows of the interval; (outcome, the source's silver rows, persisted)."""
+    pipeline, target = plan.pipeline, plan.target
+    name = pipeline.table_of(source, SILVER)
+    selection = Selection(source.event_time, plan.interval, plan.entity_column, plan.entities)
+    # The silver lock is held from before the source is read until the replace commits: a stream
+    # micro-batch that committed silver in between would hold rows of a bronze batch we did not
+    # read, and our replace of the interval would silently drop them. Holding it, the stream's
+    # silver MERGE waits and then inserts into our result (its insert-only MERGE adds only events
+    # we did not write), so no event is lost either way.
+    with target.lock(name).hold(plan.purpose):
+        held = _held_in_silver(spark, plan, source)
+        rows = _source_silver(spark, plan, source, held).persist(StorageLevel.MEMORY_AND_DISK)
+        fresh = rows.where(selection.column())
+        if held is not None:  # a key silver holds with an event time outside the interval stays there
+            outside = held.where(~Selection(source.event_time, plan.interval).column())
+            fresh = fresh.join(outside.select(source.key), on=source.key, how="left_anti")
+        fresh = fresh.orderBy(source.partition_column, source.event_time, source.key)
+        result = target.table(name).replace_where(fresh.toArrow(), selection.sql(), metadata=meta)
+    return TableOutcome.of(result), rows
+
+
+def _high(spark: SparkSession, plan: Rebuild, source: Source, fed: DataFrame | None) -> dt.datetime | None:
+    """What Spark's watermark of ``source`` would follow: the latest event time the source or the target has seen."""
+    silver = plan.target.table(plan.pipeline.table_of(source, SILVER))
+    highs = [
+        sources.max_of(fed, source.event_time) if fed is not None else None,
+        sources.max_event_time(spark, silver, source.event_time) if silver.exists() else None,
+    ]
+    known = [h for h in highs if h is not None]
+    return max(known) if known else None
 
 
 def _result(
@@ -270,33 +290,32 @@ def _result(
     )
 
 
-def _source_silver(spark: SparkSession, plan: Rebuild, held: DataFrame | None) -> DataFrame:
-    """Every silver row the source yields from ``start - clock skew - the widest gold feed margin`` on
-    (not yet cut to the interval): a sandbox feeds its gold from these rows, and a session starting in
-    the interval is only told apart from one that started earlier by the events before it."""
+def _source_silver(spark: SparkSession, plan: Rebuild, source: Source, held: DataFrame | None) -> DataFrame:
+    """Every silver row of ``source`` from ``start - clock skew - the widest gold feed margin`` on (not
+    yet cut to the interval): a sandbox feeds its gold from these rows, and a session starting in the
+    interval is only told apart from one that started earlier by the events before it."""
     pipeline = plan.pipeline
     margin = max((g.feed_margins()[0] for g in pipeline.gold), default=dt.timedelta(0))
-    since = plan.interval.start - parse_duration(pipeline.clock_skew_tolerance) - margin
+    since = plan.interval.start - parse_duration(source.clock_skew_tolerance) - margin
     if plan.source == KAFKA:
-        bronze = sources.kafka_since(spark, plan.source_layout.settings, pipeline, since)
+        bronze = sources.kafka_since(spark, plan.source_layout.settings, source, since)
     else:
-        bronze = sources.bronze_since(spark, plan.source_layout.table("bronze"), since)
-    return pipeline.silver_from_bronze(bronze, kept=held)
+        bronze = sources.bronze_since(spark, plan.source_layout.table(pipeline.table_of(source, "bronze")), since)
+    return source.silver_from_bronze(bronze, kept=held)
 
 
-def _held_in_silver(spark: SparkSession, plan: Rebuild) -> DataFrame | None:
-    """Key, Kafka lineage and event time of every row silver holds (of the source's namespace).
+def _held_in_silver(spark: SparkSession, plan: Rebuild, source: Source) -> DataFrame | None:
+    """Key, Kafka lineage and event time of every row ``source``'s silver holds (of the source's namespace).
 
     Silver keeps one row per key, the first copy the stream processed (:mod:`tidewater.dedup`); a
     later copy with another event time is a conflict, not a second row. A rebuild keeps those
     choices: the copy silver holds wins (:func:`tidewater.transforms.first_per_key`), and a key silver
     holds outside the interval is not re-added from a copy inside it.
     """
-    pipeline = plan.pipeline
-    silver = plan.source_layout.table("silver")
+    silver = plan.source_layout.table(plan.pipeline.table_of(source, SILVER))
     if not silver.exists():
         return None
-    columns = (pipeline.key, "kafka_topic", "kafka_partition", "kafka_offset", pipeline.event_time)
+    columns = (source.key, "kafka_topic", "kafka_partition", "kafka_offset", source.event_time)
     return read_table(spark, silver.uri).select(*columns)
 
 
@@ -304,7 +323,7 @@ def _rebuild_gold(
     spark: SparkSession,
     plan: Rebuild,
     gold: GoldTable,
-    source: DataFrame | None,
+    fed: dict[str, DataFrame],
     closed: dt.datetime | None,
     high: dt.datetime | None,
     ledger: Ledger,
@@ -316,13 +335,16 @@ def _rebuild_gold(
     name = f"gold/{gold.name}"
     table = target.table(name)
     windows = Selection(gold.span[0], plan.interval, plan.entity_column, plan.entities)
+    inputs = pipeline.inputs(gold)
+    read = sources.input_reader(spark, target, gold, entity_column=plan.entity_column, entities=plan.entities)
+    if plan.sandbox:  # the sandbox's silver holds only the interval: feed gold from the source itself
 
-    def read(feed: Interval) -> DataFrame:
-        selection = Selection(pipeline.event_time, feed, plan.entity_column, plan.entities)
-        if plan.sandbox:  # the sandbox's silver holds only the interval: feed gold from the source itself
-            assert source is not None, "a sandbox rebuild writes silver and gold together"
-            return source.where(selection.column())
-        return sources.silver_for(spark, target.table("silver"), pipeline, selection)
+        def read(feed: Interval) -> tuple[DataFrame, ...]:
+            assert all(s.name in fed for s in inputs), "a sandbox rebuild writes silver and gold together"
+            return tuple(
+                fed[s.name].where(Selection(s.event_time, feed, plan.entity_column, plan.entities).column())
+                for s in inputs
+            )
 
     # Held from the silver read until the commit, so no stream commit to this gold table falls between
     # the rows we compare against and the rows we replace.
@@ -334,12 +356,13 @@ def _rebuild_gold(
         entries = []
         version = None
         if reconciled.changes:
+            driving = inputs[0]  # late events are counted on the side whose events own the rows
             late = late_events(
                 spark,
-                events,
+                events[0],
                 reconciled.changes,
-                time_column=pipeline.event_time,
-                delay=parse_duration(pipeline.watermark),
+                time_column=driving.event_time,
+                delay=parse_duration(driving.watermark),
             )
             entries = entries_for(name, reconciled.changes, late, run_id=plan.run_id, mode=plan.mode, at=at)
             recorded = ledger.record(spark, entries, metadata=meta)

@@ -171,8 +171,9 @@ def parse_interval(
 
 
 def clock_skew(pipeline: Pipeline) -> dt.timedelta:
-    """How far an event time may run ahead of its Kafka timestamp (and of the clock) for ``pipeline``."""
-    return parse_duration(pipeline.clock_skew_tolerance)
+    """How far an event time may run ahead of its Kafka timestamp (and of the clock) for ``pipeline``
+    (the most any of its sources tolerates)."""
+    return max(parse_duration(s.clock_skew_tolerance) for s in pipeline.sources)
 
 
 def _time(value: Any, what: str) -> dt.datetime:
@@ -251,11 +252,13 @@ def _entities(value: Any, pipeline: Pipeline, spelling: Spelling) -> tuple[str, 
 
 
 def _column_type(pipeline: Pipeline, column: str) -> DataType | None:
-    """The type of a silver column that is a plain path into the payload (``p.venue.venue_id``), else None."""
-    expression = pipeline.columns.get(column, "")
+    """The type of a silver column that is a plain path into the payload (``p.venue.venue_id``) of the
+    first source that has it, else None."""
+    source = next((s for s in pipeline.sources if column in s.columns), pipeline.sources[0])
+    expression = source.columns.get(column, "")
     if not re.fullmatch(r"p(\.\w+)+", expression):
         return None
-    current: DataType = pipeline.payload_schema
+    current: DataType = source.payload_schema
     for name in expression.split(".")[1:]:
         if not isinstance(current, StructType) or name not in current.fieldNames():
             return None

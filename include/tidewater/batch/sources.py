@@ -9,6 +9,8 @@ and then filter rows; they never write.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -16,12 +18,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from tidewater import transforms
+from tidewater.batch.interval import Interval
 from tidewater.batch.predicates import Selection
 from tidewater.config import Settings
 from tidewater.connectors.kafka_source import source_options
 from tidewater.lake.reads import read_table
 from tidewater.lake.tables import LakeTable
-from tidewater.pipelines.base import Pipeline
+from tidewater.pipelines.base import GoldTable, Source
+from tidewater.pipelines.layout import PipelineLayout
 
 
 def bronze_since(spark: SparkSession, table: LakeTable, since: dt.datetime) -> DataFrame:
@@ -38,22 +42,59 @@ def bronze_since(spark: SparkSession, table: LakeTable, since: dt.datetime) -> D
     return bronze.where(F.coalesce("kafka_timestamp", "ingest_time") >= F.lit(since))
 
 
-def kafka_since(spark: SparkSession, settings: Settings, pipeline: Pipeline, since: dt.datetime) -> DataFrame:
-    """The pipeline's topic from ``since`` (per-partition seek on record timestamps) to its current end,
+def kafka_since(spark: SparkSession, settings: Settings, source: Source, since: dt.datetime) -> DataFrame:
+    """The source's topic from ``since`` (per-partition seek on record timestamps) to its current end,
     as bronze rows. ``ingest_time`` is this read's time, not the stream's: the one lineage column a
     replay from Kafka cannot reproduce."""
-    options = source_options(settings, settings.topic(pipeline.topic))
+    options = source_options(settings, settings.topic(source.topic))
     options.pop("maxOffsetsPerTrigger", None)
     options["startingTimestamp"] = str(int(since.timestamp() * 1000))
     kafka = spark.read.format("tidewater-kafka").options(**options).load()
     return transforms.to_bronze(kafka).where(F.col("kafka_timestamp") >= F.lit(since))
 
 
-def silver_for(spark: SparkSession, table: LakeTable, pipeline: Pipeline, selection: Selection) -> DataFrame:
+def silver_for(spark: SparkSession, table: LakeTable, source: Source, selection: Selection) -> DataFrame:
     """Silver rows of ``selection``, reading only the event-date partitions it can touch."""
     dates = [d.isoformat() for d in selection.interval.dates()]
-    silver = read_table(spark, table.uri, partition_filter={pipeline.partition_column: dates})
+    silver = read_table(spark, table.uri, partition_filter={source.partition_column: dates})
     return silver.where(selection.column())
+
+
+def input_reader(
+    spark: SparkSession,
+    layout: PipelineLayout,
+    gold: GoldTable,
+    *,
+    entity_column: str | None = None,
+    entities: Sequence[Any] = (),
+) -> Callable[[Interval], tuple[DataFrame, ...]]:
+    """``read(feed)``: the silver of each of ``gold``'s inputs in the event-time interval ``feed`` (the
+    reader :func:`tidewater.batch.windows.interval_gold` takes)."""
+    pipeline = layout.pipeline
+    inputs = pipeline.inputs(gold)
+
+    def read(feed: Interval) -> tuple[DataFrame, ...]:
+        return tuple(
+            silver_for(
+                spark,
+                layout.table(pipeline.table_of(source, "silver")),
+                source,
+                Selection(source.event_time, feed, entity_column, tuple(entities)),
+            )
+            for source in inputs
+        )
+
+    return read
+
+
+def silver_highs(spark: SparkSession, layout: PipelineLayout) -> dict[str, dt.datetime | None]:
+    """The latest event time each source's silver holds (None: no table or no rows yet), by source name."""
+    pipeline = layout.pipeline
+    highs: dict[str, dt.datetime | None] = {}
+    for source in pipeline.sources:
+        silver = layout.table(pipeline.table_of(source, "silver"))
+        highs[source.name] = max_event_time(spark, silver, source.event_time) if silver.exists() else None
+    return highs
 
 
 def gold_for(spark: SparkSession, table: LakeTable, selection: Selection) -> pa.Table:

@@ -23,10 +23,9 @@ def ensure_tables(spark: SparkSession, layout: PipelineLayout, names: Sequence[s
     partitioning the stream uses (see ``PipelineStreams.ensure_tables``); check them if present."""
     pipeline = layout.pipeline
     schemas = pipeline.schemas(spark)
-    partitioning = {"silver": (pipeline.partition_column,)}
     for name in names:
         layout.table(name).ensure(
-            schemas[name], partition_by=partitioning.get(name, ()), description=f"{pipeline.name} {name}"
+            schemas[name], partition_by=pipeline.partitioning(name), description=f"{pipeline.name} {name}"
         )
 
 

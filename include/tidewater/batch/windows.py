@@ -9,7 +9,7 @@ keep coming (sessions) has its read widened here until no row it owns reaches th
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -18,7 +18,7 @@ from tidewater.batch.interval import Interval
 from tidewater.batch.predicates import Selection
 from tidewater.batch.sources import max_of
 from tidewater.errors import PipelineError
-from tidewater.pipelines.base import FINAL, PROVISIONAL, GoldTable
+from tidewater.pipelines.base import FINAL, PROVISIONAL, GoldTable, Source
 from tidewater.times import iso, parse_duration
 
 # Widening a session table's read more often than this means sessions that never end: refuse.
@@ -37,19 +37,33 @@ def closed_before(high: dt.datetime | None, watermark: str) -> dt.datetime | Non
     return None if high is None else high - parse_duration(watermark)
 
 
+def gold_closed_before(
+    inputs: Sequence[Source], highs: Mapping[str, dt.datetime | None]
+) -> tuple[dt.datetime | None, dt.datetime | None]:
+    """(closed, high) of a gold table fed by ``inputs`` whose latest event times are ``highs`` (by source).
+
+    Spark's watermark over several inputs is the minimum of theirs (its default policy), so a row is
+    closed once every input's watermark has passed it; ``high`` is the latest event time of any input
+    (no read past it finds more events). An input with no events yet holds nothing back."""
+    closeds = [closed_before(highs.get(s.name), s.watermark) for s in inputs]
+    known = [c for c in closeds if c is not None]
+    latest = [h for s in inputs if (h := highs.get(s.name)) is not None]
+    return (min(known) if known else None), (max(latest) if latest else None)
+
+
 def interval_gold(
     gold: GoldTable,
-    read: Callable[[Interval], DataFrame],
+    read: Callable[[Interval], tuple[DataFrame, ...]],
     windows: Selection,
     closed: dt.datetime | None,
     *,
     high: dt.datetime | None,
-) -> tuple[DataFrame, DataFrame]:
+) -> tuple[DataFrame, tuple[DataFrame, ...]]:
     """(``gold.rows`` of the rows ``windows`` picks (on the span's start), each final when closed; the
-    silver events read).
+    silver events read, one frame per input).
 
-    ``read(feed)`` returns silver of an event-time interval; ``high`` is the latest event time silver
-    holds (no read past it can find more events)."""
+    ``read(feed)`` returns silver of an event-time interval for each of the table's inputs; ``high`` is
+    the latest event time they hold (no read past it can find more events)."""
     feed = feed_interval(gold, windows.interval)
     for _ in range(MAX_WIDENINGS):
         events = read(feed)
@@ -57,7 +71,7 @@ def interval_gold(
         # the aggregation, where each event still has its own [t, t + gap) window, and so cuts sessions
         # short (``window_end <= x`` keeps only the events before x - gap). Filters on the rows of a
         # checkpointed plan stay above it.
-        built = gold.rows(events).localCheckpoint(eager=True)
+        built = gold.rows(*events).localCheckpoint(eager=True)
         rows = with_status(built.where(windows.column()), closed, gold.span[1])
         if not gold.grows_until_quiet or high is None or feed.end > high:
             return rows, events

@@ -23,7 +23,7 @@ from typing import TextIO
 from tidewater.config import Settings
 from tidewater.errors import ConfigError, TidewaterError, one_line
 from tidewater.generator.events import DELAY_DISTRIBUTIONS, GeneratorConfig, SampleEvents, parse_ts
-from tidewater.generator.producer import ProduceError, ProduceReport, ensure_topic, produce
+from tidewater.generator.producer import ProduceError, ProduceReport, ensure_topic, pipeline_topics, produce
 from tidewater.pipelines import Pipeline, pipeline_option
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(GeneratorConfig)}
@@ -276,13 +276,15 @@ def run(args: argparse.Namespace, settings: Settings, *, out: TextIO | None = No
         raise ConfigError(f"--duration {args.duration} must be >= 0")
     pipeline = pipeline_option(args.pipeline)
     events = sample_events_of(pipeline)
-    topic = args.topic or settings.topic(pipeline.topic)
+    own_topic, follow_ups = pipeline_topics(settings, pipeline)
+    topic = args.topic or own_topic
     config = config_from_args(args)
     partitions = args.partitions or settings.kafka_topic_partitions
     stop = threading.Event()
     display = ProgressDisplay(out)
     with _stop_on_signals(stop) as received:
-        ensure_topic(settings, topic, partitions)
+        for name in (topic, *follow_ups.values()):
+            ensure_topic(settings, name, partitions)
         try:
             report = produce(
                 settings,
@@ -294,6 +296,7 @@ def run(args: argparse.Namespace, settings: Settings, *, out: TextIO | None = No
                 realtime=not args.as_fast_as_possible,
                 stop=stop,
                 events=events,
+                topics=follow_ups,
             )
         except ProduceError as exc:
             display.finish()

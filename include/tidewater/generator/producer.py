@@ -23,7 +23,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +35,7 @@ from tidewater.config import Settings
 from tidewater.connectors.kafka_client import kafka_python_config
 from tidewater.errors import BrokerUnreachableError, ConfigError, TidewaterError, TopicNotFoundError
 from tidewater.generator.events import KINDS, GeneratedRecord, GeneratorConfig, SampleEvents, generate, rate_at
+from tidewater.pipelines.base import Pipeline
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +119,13 @@ def _admin(settings: Settings) -> KafkaAdminClient:
         return KafkaAdminClient(client_id="tidewater-generator-admin", **config)
     except _UNREACHABLE as exc:
         raise _unreachable(settings, exc) from exc
+
+
+def pipeline_topics(settings: Settings, pipeline: Pipeline) -> tuple[str, dict[str, str]]:
+    """(the topic of the pipeline's first source, its other sources' topics by source name): where
+    :func:`produce` sends its sample events and the follow-ups they cause."""
+    first, *others = pipeline.sources
+    return settings.topic(first.topic), {s.name: settings.topic(s.topic) for s in others}
 
 
 def ensure_topic(settings: Settings, topic: str, partitions: int) -> None:
@@ -231,10 +239,13 @@ def produce(
     realtime: bool = True,
     stop: threading.Event | None = None,
     events: SampleEvents | None = None,
+    topics: Mapping[str, str] | None = None,
 ) -> ProduceReport:
     """Generate and send records until ``count`` records, ``duration_s`` seconds or ``stop``.
 
-    ``events`` are the sample events of the topic's pipeline (None: RSVPs).
+    ``events`` are the sample events of the topic's pipeline (None: RSVPs); ``topics`` maps the
+    pipeline's other sources to their topics, for the follow-up records the events cause (see
+    :class:`tidewater.pipelines.samples.FollowUp`).
 
     ``realtime=True`` paces sends to the configured rate (bursts included) with a token bucket;
     the simulated schedule starts at the wall clock, so payload times track real send times (as
@@ -253,7 +264,9 @@ def produce(
         # Read the clock once here so the schedule and the pacing share one origin.
         config = dataclasses.replace(config, start_time_ms=int(time.time() * 1000))
 
-    _check_topic(settings, topic)
+    topics = dict(topics or {})
+    for name in {topic, *topics.values()}:
+        _check_topic(settings, name)
     producer, idempotent = _open_producer(settings)
     report = ProduceReport()
     delivery = _Delivery()
@@ -293,8 +306,9 @@ def produce(
                 if stop.is_set() or (duration_s is not None and time.monotonic() - started >= duration_s):
                     break
             timestamp_ms = kafka_timestamp(record, int(time.time() * 1000))
+            destination = topic if record.source is None else topics[record.source]
             try:
-                future = producer.send(topic, key=record.key, value=record.value, timestamp_ms=timestamp_ms)
+                future = producer.send(destination, key=record.key, value=record.value, timestamp_ms=timestamp_ms)
             except kerr.KafkaError as exc:
                 send_error = exc  # e.g. metadata or buffer timeout: stop, flush what we have, report
                 break
@@ -306,14 +320,14 @@ def produce(
                     log.warning("broker rejected the idempotent producer (%s): producing without it", _brief(exc))
                     producer.close(timeout=5)
                     producer, idempotent = _make_producer(settings, False), False
-                    future = producer.send(topic, key=record.key, value=record.value, timestamp_ms=timestamp_ms)
+                    future = producer.send(destination, key=record.key, value=record.value, timestamp_ms=timestamp_ms)
                 except kerr.KafkaError:
                     pass  # counted by the errback below
             future.add_callback(delivery.ok)
             future.add_errback(delivery.error)
             report.sent += 1
             report.by_kind[record.kind] = report.by_kind.get(record.kind, 0) + 1
-            if record.kind != "duplicate":
+            if record.kind != "duplicate" and record.seq_no >= 0:
                 prev = report.last_seq_no.get(record.producer_id, -1)
                 report.last_seq_no[record.producer_id] = max(prev, record.seq_no)
             if progress is not None and now - last_progress >= PROGRESS_INTERVAL_S:

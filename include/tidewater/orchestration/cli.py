@@ -80,7 +80,8 @@ def cmd_platform(args: argparse.Namespace, settings: Settings) -> int:
         from tidewater.generator.producer import ensure_topic
 
         for pipeline in all_pipelines(settings).values():
-            ensure_topic(settings, settings.topic(pipeline.topic), settings.kafka_topic_partitions)
+            for source in pipeline.sources:
+                ensure_topic(settings, settings.topic(source.topic), settings.kafka_topic_partitions)
         if args.rate > 0:
             generator = start_generator(settings, rate=args.rate, seed=args.seed, stop=stopper.event)
             fed = ", ".join(generator.pipelines) or "none (no pipeline declares sample events)"

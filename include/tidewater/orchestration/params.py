@@ -125,11 +125,14 @@ def check_range_held(settings: Settings, request: ReplayRequest, *, client: Part
     pipeline = registry.get_pipeline(request.pipeline)
     skew = clock_skew(pipeline)
     if request.source == "bronze":
-        return _bronze_holds(PipelineLayout.of(settings, pipeline), request, skew)
+        layout = PipelineLayout.of(settings, pipeline)
+        return "; ".join(
+            _bronze_holds(layout, pipeline.table_of(source, "bronze"), request, skew) for source in pipeline.sources
+        )
     own = client is None
     kafka = client or KafkaPythonClient(kafka_python_config(settings), stall_timeout_s=15)
     try:
-        return _kafka_holds(kafka, settings.topic(pipeline.topic), request, skew)
+        return "; ".join(_kafka_holds(kafka, settings.topic(s.topic), request, skew) for s in pipeline.sources)
     finally:
         if own:
             kafka.close()
@@ -139,10 +142,10 @@ def _range(request: ReplayRequest) -> str:
     return f"[{iso(request.start)}, {iso(request.end)})"
 
 
-def _bronze_holds(layout: PipelineLayout, request: ReplayRequest, skew: dt.timedelta) -> str:
+def _bronze_holds(layout: PipelineLayout, name: str, request: ReplayRequest, skew: dt.timedelta) -> str:
     """From the add actions' statistics (min/max of kafka_timestamp per file): no data file is read."""
-    table = layout.table("bronze")
-    where = f"{layout.namespace}/{layout.pipeline.name}"
+    table = layout.table(name)
+    where = f"{layout.namespace}/{layout.pipeline.name}" + ("" if name == "bronze" else f"/{name.split('/')[0]}")
     if not table.exists():
         raise ConfigError(
             f"there is no bronze table for {where} ({table.uri}): nothing to replay from; "

@@ -170,7 +170,7 @@ class GeneratorThread(threading.Thread):
 
     def run(self) -> None:
         from tidewater.generator.events import GeneratorConfig
-        from tidewater.generator.producer import produce
+        from tidewater.generator.producer import pipeline_topics, produce
 
         events = self.pipeline.sample_events
         assert events is not None  # start_generator starts only pipelines that declare them
@@ -181,9 +181,9 @@ class GeneratorThread(threading.Thread):
             out_of_order_fraction=0.05,
             malformed_rate=0.002 if events.malformations else 0.0,
         )
-        topic = self.settings.topic(self.pipeline.topic)
+        topic, follow_ups = pipeline_topics(self.settings, self.pipeline)
         try:
-            produce(self.settings, topic, config, realtime=True, stop=self.stop_event, events=events)
+            produce(self.settings, topic, config, realtime=True, stop=self.stop_event, events=events, topics=follow_ups)
         except TidewaterError as exc:
             self.error = f"{self.pipeline.name}: {one_line(exc)}"
 

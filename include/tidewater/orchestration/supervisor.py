@@ -210,9 +210,8 @@ class StreamControl:
 
     @property
     def queries(self) -> list[str]:
-        names = ["bronze"]
-        if self.settings.silver_query:
-            names.append("silver")
+        tiers = ("bronze", "silver") if self.settings.silver_query else ("bronze",)
+        names = [self.pipeline.query_of(source, tier) for source in self.pipeline.sources for tier in tiers]
         return names + [f"gold_{g.name}" for g in self.pipeline.gold]
 
     def desired(self) -> str:

@@ -102,9 +102,13 @@ def interval_args(pipeline: str, start: Any, end: Any, run_id: str) -> list[str]
     interval = Interval.parse(start, end)  # one-line ConfigError for a bad or empty interval
     begin, finish = interval.start, interval.end
     layout = PipelineLayout.of(settings, get_pipeline(pipeline))
-    if not layout.table("bronze").exists():
-        raise AirflowSkipException(f"no bronze table at {layout.table_uri('bronze')} yet: nothing to recompute")
-    files, first = _first_arrival(layout.table("bronze"))
+    missing = [name for name in layout.source_tables("bronze") if not layout.table(name).exists()]
+    if missing:
+        raise AirflowSkipException(f"no bronze table at {layout.table_uri(missing[0])} yet: nothing to recompute")
+    arrivals = [_first_arrival(layout.table(name)) for name in layout.source_tables("bronze")]
+    files = sum(n for n, _ in arrivals)
+    known = [t for _, t in arrivals if t is not None]
+    first = min(known) if len(known) == len(arrivals) else None
     if files == 0 or (first is not None and first >= finish):
         # Before the lake's history (e.g. the hour before the platform first ran), not a silent
         # producer: auditing it would fail the row-count minimum for nothing.
@@ -175,8 +179,9 @@ def correction_args(pipeline: str, params: Mapping[str, Any], end: Any, run_id: 
 
     settings = Settings.from_env()
     layout = PipelineLayout.of(settings, get_pipeline(pipeline))
-    if not layout.table("silver").exists():  # its stream has not committed yet (a new pipeline)
-        raise AirflowSkipException(f"no silver table at {layout.table_uri('silver')} yet: nothing to correct")
+    for name in layout.source_tables("silver"):
+        if not layout.table(name).exists():  # its stream has not committed yet (a new pipeline)
+            raise AirflowSkipException(f"no silver table at {layout.table_uri(name)} yet: nothing to correct")
     if params.get("start") or params.get("end"):
         begin, finish = parse_interval(params.get("start"), params.get("end"))
     else:
@@ -239,7 +244,7 @@ def gold_gate(pipeline: str, dag_id: str, run_id: str, audit_task_id: str) -> di
     layout = PipelineLayout.of(settings, get_pipeline(pipeline))
     uri = layout.audit_uri()
     rows: list[dict[str, Any]] = []
-    if layout.table("bronze").exists():
+    if all(layout.table(name).exists() for name in layout.source_tables("bronze")):
         try:
             table = DeltaTable(uri, storage_options=storage_options(uri))
             rows = [

@@ -21,6 +21,7 @@ from tidewater.pipelines.base import (
     Pipeline,
     Projection,
     SessionAggregate,
+    Source,
     StreamJoin,
     WindowAggregate,
 )
@@ -30,6 +31,7 @@ __all__ = [
     "Pipeline",
     "Projection",
     "SessionAggregate",
+    "Source",
     "StreamJoin",
     "WindowAggregate",
     "all_pipelines",

@@ -1,9 +1,10 @@
 """What a pipeline declares, and the pure transforms derived from the declaration.
 
-A pipeline is one module exposing ``PIPELINE = Pipeline(...)``: the Kafka topic, the payload
-schema, how payload fields become silver columns, the validation rules, the business key, the
-event-time column and its watermark, and the gold tables. Everything else (tables, streams,
-batch recomputes, checkpoints) is derived from it.
+A pipeline is one module (or package) exposing ``PIPELINE = Pipeline(...)``: its sources (each a
+Kafka topic with its payload schema, how payload fields become silver columns, the validation rules,
+the business key, the event-time column and its watermark) and the gold tables derived from their
+silver (each of a kind below, naming the sources it reads). Everything else (tables, streams, batch
+recomputes, replays, corrections, audits, checkpoints, DAGs) is derived from it.
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ from pyspark.sql.types import StructType
 from tidewater import transforms
 from tidewater.connectors.kafka_client import SPARK_RECORD_DDL
 from tidewater.dedup import CONFLICT_SCHEMA
+from tidewater.errors import PipelineError
 from tidewater.pipelines.contract import Constraint, Quality
 from tidewater.pipelines.samples import SampleEvents
 from tidewater.times import parse_duration
 
-GoldBuilder = Callable[[DataFrame], DataFrame]
+# silver of each input source, in the order the table declares them -> gold rows
+GoldBuilder = Callable[..., DataFrame]
 
 # A gold row is "provisional" while its window may still change in the stream, and "final" once the
 # window is behind the stream's watermark and has been reconciled with silver (late-data correction).
@@ -58,15 +61,17 @@ class GoldTable:
     name: str
     description: str
     keys: tuple[str, ...]
-    build: GoldBuilder  # silver -> gold rows; pure, sets its own watermark
+    build: GoldBuilder  # silver of each input -> gold rows; pure, sets its own watermarks
+    # The sources whose silver feeds ``build``, in order; empty: the pipeline's only source.
+    inputs: tuple[str, ...] = ()
 
     output_mode: ClassVar[str] = "update"
     grows_until_quiet: ClassVar[bool] = False
     rows_merge: ClassVar[bool] = False
 
-    def rows(self, silver: DataFrame, *, status: str = PROVISIONAL) -> DataFrame:
+    def rows(self, *silvers: DataFrame, status: str = PROVISIONAL) -> DataFrame:
         """Gold rows as published: the aggregate, whether it may still change, and its revision."""
-        return self.build(silver).withColumns({"status": F.lit(status), "revision": F.lit(0).cast("int")})
+        return self.build(*silvers).withColumns({"status": F.lit(status), "revision": F.lit(0).cast("int")})
 
     @property
     def span(self) -> tuple[str, str]:
@@ -123,24 +128,25 @@ class SessionAggregate(GoldTable):
 @dataclass(frozen=True, kw_only=True)
 class StreamJoin(GoldTable):
     """A time-bounded stream-stream join: each left event with the right events of the same key that
-    happen within ``bound`` after it (inner), and for a left outer join each left event no right event
-    matched, emitted once the watermark passes ``left time + bound``.
+    happen from ``lookback`` before it to ``bound`` after it (inner), and for a left outer join each
+    left event no right event matched, emitted once the watermark passes ``left time + bound``.
 
     ``build`` watermarks both sides and joins them with that time condition (see
     :func:`tidewater.transforms.bounded_join`); its rows span ``window_start`` = the left event's time to
     ``window_end`` = left time + ``bound`` (after which no match can come). Spark emits join rows in
-    append mode. A batch interval owns the rows whose left event lies in it and reads the right side
-    ``bound`` further. A late right event can turn an unmatched row into a matched one: the correction
+    append mode. A batch interval owns the rows whose left event lies in it and reads ``lookback``
+    before it and ``bound`` after it. A late right event can turn an unmatched row into a matched one: the correction
     writes the match and removes the unmatched row (its key no longer exists), with ledger entries.
     """
 
     bound: str  # e.g. "30 minutes"
+    lookback: str = "0 seconds"  # how long before the left event a right event still matches
 
     output_mode: ClassVar[str] = "append"
     rows_merge: ClassVar[bool] = True
 
     def feed_margins(self) -> tuple[dt.timedelta, dt.timedelta]:
-        return dt.timedelta(0), parse_duration(self.bound)
+        return parse_duration(self.lookback), parse_duration(self.bound)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -166,9 +172,15 @@ class Projection(GoldTable):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Pipeline:
+class Source:
+    """One Kafka topic of a pipeline and its payload contract: it gets its own bronze (the records as
+    they arrived), silver (parsed, validated, one row per :attr:`key`), quarantine and conflicts.
+
+    A pipeline with one source names those tables ``bronze``, ``silver``, ...; with several, each
+    source's are under its name (``impressions/bronze``, ``clicks/silver``): see :meth:`Pipeline.table_of`.
+    """
+
     name: str
-    description: str
     topic: str
     payload_schema: StructType
     # silver column name -> SQL expression over the parsed payload struct ``p``
@@ -179,7 +191,6 @@ class Pipeline:
     key: str = "event_id"
     event_time: str = "event_time"
     watermark: str = "2 minutes"
-    gold: tuple[GoldTable, ...] = ()  # WindowAggregate, SessionAggregate, ...
     partition_column: str = "event_date"
     # how far event time may run ahead of the clock before it counts as "in the future" (quarantined)
     clock_skew_tolerance: str = "5 minutes"
@@ -192,18 +203,10 @@ class Pipeline:
     # then Spark's lenient reader decides (numbers as strings, trailing data ignored, last duplicate
     # key wins, invalid UTF-8 replaced).
     strict_json: bool = True
-    # the silver (and gold) column a replay may be restricted to, e.g. one venue
-    entity_column: str | None = None
     # (producer column, sequence column) when each producer numbers its records 0, 1, 2, ...: the
     # reconciliation audit then reports the gaps (records lost upstream of Kafka). None: no such check.
     sequence: tuple[str, str] | None = None
-    # Folder of the committed expectation suites (<suites_dir>/<name>/*.json). Empty: the platform's
-    # own (tidewater/quality/suites); a pipeline declared outside the package keeps its suites beside it.
-    suites_dir: str = ""
     quality: Quality = field(default_factory=Quality)
-    # What `tidewater generate --pipeline NAME` and the platform produce to the topic (payload, key and
-    # malformations; the fault knobs are the generator's). None: the pipeline has no sample events.
-    sample_events: SampleEvents | None = None
 
     @property
     def all_rules(self) -> tuple[transforms.Rule, ...]:
@@ -259,6 +262,114 @@ class Pipeline:
         """The whole bronze -> silver step for a bounded input (batch recompute, replay)."""
         return self.dedup(self.silver(self.parse(bronze)), kept=kept)
 
+    def schemas(self, spark: SparkSession) -> dict[str, pa.Schema]:
+        """Arrow schemas of the source's tables (by tier: bronze, silver, quarantine, conflicts)."""
+        kafka = spark.createDataFrame([], SPARK_RECORD_DDL)
+        bronze = transforms.to_bronze(kafka)
+        parsed = self.parse(bronze)
+        return {
+            "bronze": _arrow(bronze.schema),
+            "silver": _arrow(self.silver(parsed).schema),
+            "quarantine": _arrow(self.quarantine(parsed).schema),
+            "conflicts": CONFLICT_SCHEMA,
+        }
+
+    def empty_silver(self, spark: SparkSession) -> DataFrame:
+        """A silver frame with no rows (to derive gold schemas)."""
+        kafka = spark.createDataFrame([], SPARK_RECORD_DDL)
+        return self.silver(self.parse(transforms.to_bronze(kafka)))
+
+
+SOURCE_TIERS = ("bronze", "silver", "quarantine", "conflicts")
+# How each source table is partitioned (silver by its source's event date: see Pipeline.partitioning).
+TIER_PARTITIONS = {"bronze": "ingest_date", "quarantine": "quarantine_date", "conflicts": "detected_date"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pipeline:
+    """A pipeline: its sources, the gold tables derived from them, and what the platform needs to know
+    to run, recompute, audit and feed it (see the module docstring)."""
+
+    name: str
+    description: str
+    sources: tuple[Source, ...]
+    gold: tuple[GoldTable, ...] = ()  # WindowAggregate, SessionAggregate, StreamJoin, Projection
+    # The column a replay may be restricted to (e.g. one venue): every source's silver and every gold
+    # table that a restricted replay rewrites carries it.
+    entity_column: str | None = None
+    # Folder of the committed expectation suites (<suites_dir>/<name>/*.json). Empty: the platform's
+    # own (tidewater/quality/suites); a pipeline declared outside the package keeps its suites beside it.
+    suites_dir: str = ""
+    # What `tidewater generate --pipeline NAME` and the platform produce: events of the first source,
+    # and, through ``SampleEvents.follow_ups``, the records of other sources they cause (an ad click
+    # after its impression). None: the pipeline has no sample events.
+    sample_events: SampleEvents | None = None
+
+    def __post_init__(self) -> None:
+        if not self.sources:
+            raise PipelineError(f"pipeline {self.name}: declare at least one source")
+        names = [s.name for s in self.sources]
+        topics = [s.topic for s in self.sources]
+        if len(set(names)) < len(names) or len(set(topics)) < len(topics):
+            raise PipelineError(f"pipeline {self.name}: source names and topics must be unique ({names}, {topics})")
+        golds = [g.name for g in self.gold]
+        if len(set(golds)) < len(golds):
+            raise PipelineError(f"pipeline {self.name}: gold table names must be unique ({golds})")
+        for table in self.gold:
+            unknown = [i for i in table.inputs if i not in names]
+            if unknown:
+                raise PipelineError(
+                    f"pipeline {self.name}: gold {table.name} reads unknown source(s) {unknown}; sources: {names}"
+                )
+            if not table.inputs and len(self.sources) > 1:
+                raise PipelineError(
+                    f"pipeline {self.name}: gold {table.name} must name its inputs (the pipeline has several sources)"
+                )
+
+    # ---- the graph ---------------------------------------------------------------------------------
+
+    def source(self, name: str | None = None) -> Source:
+        """The source called ``name``; without a name, the pipeline's only source."""
+        if name is None:
+            if len(self.sources) != 1:
+                raise PipelineError(f"pipeline {self.name} has {len(self.sources)} sources: name one")
+            return self.sources[0]
+        for source in self.sources:
+            if source.name == name:
+                return source
+        raise PipelineError(f"pipeline {self.name} has no source {name!r}; sources: {[s.name for s in self.sources]}")
+
+    def table_of(self, source: Source, tier: str) -> str:
+        """A source table's name in the layout: ``silver`` (one source) or ``clicks/silver`` (several)."""
+        return tier if len(self.sources) == 1 else f"{source.name}/{tier}"
+
+    def query_of(self, source: Source, tier: str) -> str:
+        """A source query's name: ``bronze`` (one source) or ``bronze_clicks`` (several)."""
+        return tier if len(self.sources) == 1 else f"{tier}_{source.name}"
+
+    def inputs(self, gold: GoldTable) -> tuple[Source, ...]:
+        """The sources whose silver feeds ``gold``, in the order its ``build`` takes them."""
+        return tuple(self.source(name) for name in gold.inputs) if gold.inputs else self.sources
+
+    def source_tables(self) -> list[tuple[Source, str, str]]:
+        """(source, tier, table name) of every source table."""
+        return [(s, tier, self.table_of(s, tier)) for s in self.sources for tier in SOURCE_TIERS]
+
+    def table_source(self, table: str) -> tuple[Source, str] | None:
+        """(source, tier) of a source table's name, None for a gold table."""
+        for source, tier, name in self.source_tables():
+            if name == table:
+                return source, tier
+        return None
+
+    def partitioning(self, table: str) -> tuple[str, ...]:
+        """How a table is partitioned: source tables by date (silver by its event date), gold not at all."""
+        found = self.table_source(table)
+        if found is None:
+            return ()
+        source, tier = found
+        return (source.partition_column,) if tier == "silver" else (TIER_PARTITIONS[tier],)
+
     def gold_table(self, name: str) -> GoldTable:
         for table in self.gold:
             if table.name == name:
@@ -268,19 +379,17 @@ class Pipeline:
     # ---- schemas, derived by running the transforms on empty input --------------------------------
 
     def schemas(self, spark: SparkSession) -> dict[str, pa.Schema]:
-        """Arrow schemas of every table: bronze, silver, quarantine, conflicts and each gold table."""
-        kafka = spark.createDataFrame([], SPARK_RECORD_DDL)
-        bronze = transforms.to_bronze(kafka)
-        parsed = self.parse(bronze)
-        silver = self.silver(parsed)
-        out = {
-            "bronze": _arrow(bronze.schema),
-            "silver": _arrow(silver.schema),
-            "quarantine": _arrow(self.quarantine(parsed).schema),
-            "conflicts": CONFLICT_SCHEMA,
-        }
+        """Arrow schemas of every table: each source's bronze, silver, quarantine and conflicts, and each
+        gold table."""
+        out: dict[str, pa.Schema] = {}
+        silvers = {}
+        for source in self.sources:
+            for tier, schema in source.schemas(spark).items():
+                out[self.table_of(source, tier)] = schema
+            silvers[source.name] = source.empty_silver(spark)
         for table in self.gold:
-            out[f"gold/{table.name}"] = _arrow(table.rows(silver).schema)
+            frames = [silvers[s.name] for s in self.inputs(table)]
+            out[f"gold/{table.name}"] = _arrow(table.rows(*frames).schema)
         return out
 
 

@@ -37,20 +37,23 @@ def _duration(value: dt.timedelta) -> str:
 
 def describe(pipeline: Pipeline) -> list[str]:
     """One line per node of the graph, indented by depth."""
-    lines = [
-        f"{pipeline.name}: {pipeline.description}",
-        f"  kafka topic {pipeline.topic}",
-        "    bronze: every record (topic, partition, offset once), partitioned by ingest_date",
-        f"    silver: one row per {pipeline.key}, event time {pipeline.event_time}, "
-        f"watermark {pipeline.watermark}, partitioned by {pipeline.partition_column}",
-        f"    quarantine: records the contract rejects ({len(pipeline.all_rules)} rules), with the reason",
-        f"    conflicts: copies of one {pipeline.key} that differ from the kept one",
-    ]
+    lines = [f"{pipeline.name}: {pipeline.description}"]
+    for source in pipeline.sources:
+        t = lambda tier, s=source: pipeline.table_of(s, tier)  # noqa: E731
+        lines += [
+            f"  kafka topic {source.topic} (source {source.name})",
+            f"    {t('bronze')}: every record (topic, partition, offset once), partitioned by ingest_date",
+            f"    {t('silver')}: one row per {source.key}, event time {source.event_time}, "
+            f"watermark {source.watermark}, partitioned by {source.partition_column}",
+            f"    {t('quarantine')}: records the contract rejects ({len(source.all_rules)} rules), with the reason",
+            f"    {t('conflicts')}: copies of one {source.key} that differ from the kept one",
+        ]
     for gold in pipeline.gold:
         before, after = gold.feed_margins()
+        reads = ", ".join(pipeline.table_of(s, "silver") for s in pipeline.inputs(gold))
         lines.append(
-            f"      gold/{gold.name}: {kind_of(gold)}; keys {', '.join(gold.keys)}; stream {gold.output_mode}; "
-            f"batch reads {_duration(before)} before / {_duration(after)} after the interval"
+            f"      gold/{gold.name} (from {reads}): {kind_of(gold)}; keys {', '.join(gold.keys)}; "
+            f"stream {gold.output_mode}; batch reads {_duration(before)} before / {_duration(after)} after the interval"
             + (" (widened while rows grow)" if gold.grows_until_quiet else "")
         )
     return lines
@@ -59,14 +62,20 @@ def describe(pipeline: Pipeline) -> list[str]:
 def mermaid(pipeline: Pipeline) -> str:
     """A Mermaid flowchart of the pipeline (GitHub and the Airflow docs render it)."""
     p = pipeline.name
-    lines = [
-        "flowchart LR",
-        f'  {p}_topic[("kafka: {pipeline.topic}")] --> {p}_bronze["bronze"]',
-        f'  {p}_bronze --> {p}_silver["silver<br/>one row per {pipeline.key}"]',
-        f'  {p}_bronze --> {p}_quarantine["quarantine"]',
-        f'  {p}_silver -.-> {p}_conflicts["conflicts"]',
-    ]
+    lines = ["flowchart LR"]
+    for source in pipeline.sources:
+        n = f"{p}_{source.name}" if len(pipeline.sources) > 1 else p
+        label = "" if len(pipeline.sources) == 1 else f"{source.name} "
+        lines += [
+            f'  {n}_topic[("kafka: {source.topic}")] --> {n}_bronze["{label}bronze"]',
+            f'  {n}_bronze --> {n}_silver["{label}silver<br/>one row per {source.key}"]',
+            f'  {n}_bronze --> {n}_quarantine["{label}quarantine"]',
+            f'  {n}_silver -.-> {n}_conflicts["{label}conflicts"]',
+        ]
     for gold in pipeline.gold:
         node = f"{p}_{gold.name}"
-        lines.append(f'  {p}_silver -- "{kind_of(gold)}" --> {node}["gold/{gold.name}<br/>{gold.output_mode}"]')
+        lines.append(f'  {node}["gold/{gold.name}<br/>{gold.output_mode}"]')
+        for source in pipeline.inputs(gold):
+            n = f"{p}_{source.name}" if len(pipeline.sources) > 1 else p
+            lines.append(f'  {n}_silver -- "{kind_of(gold)}" --> {node}')
     return "\n".join(lines)

@@ -1,6 +1,7 @@
 """Where a pipeline's tables and checkpoints live.
 
     <lake root>/<namespace>/<pipeline>/bronze | silver | quarantine | conflicts | gold/<name>
+    (a pipeline of several sources: <source>/bronze | <source>/silver | ... per source)
     <lake root>/<namespace>/<pipeline>/corrections     (the late-data correction ledger)
     <lake root>/<namespace>/<pipeline>/audits          (data-quality and reconciliation results)
     <lake root>/<namespace>/<pipeline>/reports/<id>/   (Data Docs of one audit run: index.html)
@@ -36,7 +37,12 @@ class PipelineLayout:
 
     @property
     def table_names(self) -> tuple[str, ...]:
-        return ("bronze", "silver", "quarantine", "conflicts", *(f"gold/{g.name}" for g in self.pipeline.gold))
+        sources = (name for _, _, name in self.pipeline.source_tables())
+        return (*sources, *(f"gold/{g.name}" for g in self.pipeline.gold))
+
+    def source_tables(self, tier: str) -> tuple[str, ...]:
+        """The ``tier`` table (bronze, silver, quarantine, conflicts) of every source, by name."""
+        return tuple(self.pipeline.table_of(source, tier) for source in self.pipeline.sources)
 
     def table_uri(self, table: str) -> str:
         if table not in self.table_names:

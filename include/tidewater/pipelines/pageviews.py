@@ -39,7 +39,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
-from tidewater.pipelines.base import Pipeline, Projection, SessionAggregate, StreamJoin, WindowAggregate
+from tidewater.pipelines.base import Pipeline, Projection, SessionAggregate, Source, StreamJoin, WindowAggregate
 from tidewater.pipelines.contract import NotAfterArrival, OneOf, Quality, Required
 from tidewater.pipelines.samples import (
     EventContext,
@@ -218,21 +218,26 @@ SAMPLE_EVENTS = SampleEvents(
 PIPELINE = Pipeline(
     name="pageviews",
     description="Page views of a web site: visitor, page, referrer, device",
-    topic="pageviews",
-    payload_schema=PAYLOAD,
-    columns=COLUMNS,
-    constraints=CONSTRAINTS,
-    key="view_id",
-    event_time="viewed_at",
-    watermark=WATERMARK,
-    partition_column="view_date",
     entity_column="visitor_id",
     sample_events=SAMPLE_EVENTS,
-    quality=Quality(
-        rows_per_hour=(1, None),
-        tolerated_invalid_fraction=0.01,
-        tolerated_duplicate_fraction=0.02,
-        blocking_suites=("bronze", "silver", "reconciliation"),
+    sources=(
+        Source(
+            name="pageviews",
+            topic="pageviews",
+            payload_schema=PAYLOAD,
+            columns=COLUMNS,
+            constraints=CONSTRAINTS,
+            key="view_id",
+            event_time="viewed_at",
+            watermark=WATERMARK,
+            partition_column="view_date",
+            quality=Quality(
+                rows_per_hour=(1, None),
+                tolerated_invalid_fraction=0.01,
+                tolerated_duplicate_fraction=0.02,
+                blocking_suites=("bronze", "silver", "reconciliation"),
+            ),
+        ),
     ),
     gold=(
         WindowAggregate(

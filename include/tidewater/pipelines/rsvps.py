@@ -20,7 +20,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType, TimestampType
 
-from tidewater.pipelines.base import Pipeline, WindowAggregate
+from tidewater.pipelines.base import Pipeline, Source, WindowAggregate
 from tidewater.pipelines.contract import Between, NotAfterArrival, OneOf, Quality, Required
 from tidewater.pipelines.samples import (
     EventContext,
@@ -247,23 +247,28 @@ SAMPLE_EVENTS = SampleEvents(
 PIPELINE = Pipeline(
     name="rsvps",
     description="Meetup-style RSVP events: venue, member, response",
-    topic="rsvps",
-    payload_schema=PAYLOAD,
-    columns=COLUMNS,
-    constraints=CONSTRAINTS,
-    key="event_id",
-    event_time="event_time",
-    watermark=WATERMARK,
-    clock_skew_tolerance=CLOCK_SKEW_TOLERANCE,
     entity_column="venue_id",
-    sequence=("producer_id", "seq_no"),
     sample_events=SAMPLE_EVENTS,
-    quality=Quality(
-        rows_per_hour=(1, None),
-        tolerated_invalid_fraction=0.01,
-        tolerated_duplicate_fraction=0.02,
-        # Silver or the counts being wrong means the published numbers would be: hold gold back.
-        blocking_suites=("bronze", "silver", "reconciliation"),
+    sources=(
+        Source(
+            name="rsvps",
+            topic="rsvps",
+            payload_schema=PAYLOAD,
+            columns=COLUMNS,
+            constraints=CONSTRAINTS,
+            key="event_id",
+            event_time="event_time",
+            watermark=WATERMARK,
+            clock_skew_tolerance=CLOCK_SKEW_TOLERANCE,
+            sequence=("producer_id", "seq_no"),
+            quality=Quality(
+                rows_per_hour=(1, None),
+                tolerated_invalid_fraction=0.01,
+                tolerated_duplicate_fraction=0.02,
+                # Silver or the counts being wrong means the published numbers would be: hold gold back.
+                blocking_suites=("bronze", "silver", "reconciliation"),
+            ),
+        ),
     ),
     gold=(
         WindowAggregate(

@@ -26,18 +26,24 @@ can tell which records silver must keep, drop or quarantine:
 - ``lost`` (``loss_rate``): lost upstream of Kafka, as by a crashed producer's buffer: its
   ``seq_no`` is used up but the record is never yielded, so only a gap in its producer's sequence
   numbers shows it (what the reconciliation audit reports).
+
+A pipeline of several sources declares the events of its first source, and the records of other
+sources each event causes (:class:`FollowUp`: an ad click some seconds after its impression). They
+come out of the same seeded generator, interleaved in send-time order, so a click can only ever
+reference an impression that was really generated (or lost, or broken: then the click is an orphan).
 """
 
 from __future__ import annotations
 
 import copy
+import heapq
 import json
 import math
 import random
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
@@ -141,9 +147,21 @@ class GeneratedRecord:
     # The id the event was generated with (a malformed record's bytes may no longer carry it).
     event_id: str | None
     producer_id: str
-    seq_no: int
+    seq_no: int  # -1 for a follow-up (not numbered by its producer)
     event_time_ms: int | None
     malformed_reason: str | None = None
+    source: str | None = None  # the pipeline source (topic) it goes to; None: the first source
+
+
+@dataclass(frozen=True, slots=True)
+class FollowUp:
+    """A record of another source that an event causes (a click on an ad impression)."""
+
+    source: str  # the name of the pipeline source it is sent to
+    event_id: str
+    key: bytes
+    payload: Payload
+    at_ms: int  # when it happens (epoch ms); it is sent then, or with its cause if that is later
 
 
 # ---- what a pipeline declares ---------------------------------------------------------------------
@@ -166,6 +184,8 @@ Payload = dict[str, Any]
 MakeEvent = Callable[[random.Random, EventContext], tuple[bytes, Payload]]
 # A valid payload -> the bytes of a broken record. Must not change its argument (copy it first).
 Malformation = Callable[[Payload], bytes]
+# (rng, context, the event's valid payload) -> the records it causes in other sources. Draw only from ``rng``.
+MakeFollowUps = Callable[[random.Random, EventContext, Payload], Sequence[FollowUp]]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -180,6 +200,8 @@ class SampleEvents:
     # reason -> how to break a valid payload; used in turn (declaration order), so every reason shows
     # up in small samples. Empty: the pipeline has none, and malformed_rate must be 0.
     malformations: Mapping[str, Malformation] = field(default_factory=dict)
+    # The records of the pipeline's other sources each event causes (None: a single-source pipeline).
+    follow_ups: MakeFollowUps | None = None
 
     def __post_init__(self) -> None:
         if not callable(self.make):
@@ -297,7 +319,9 @@ def generate(config: GeneratorConfig, count: int | None, events: SampleEvents) -
     Record ``i`` is sent at simulated time ``start + sum(1000 / rate_at(t))`` (so event time
     advances at the offered rate) and stamped with its producer's skewed clock. Per new event the rng
     draws, in order: its kind, its producer, its id, its delay (late or out of order only), then
-    whatever ``events.make`` draws.
+    whatever ``events.make`` draws, then whatever ``events.follow_ups`` draws. Follow-ups are yielded
+    when the simulated clock reaches their time (on top of ``count``; those still pending at the end
+    have not happened yet and are not yielded).
     """
     if count is not None and count < 0:
         raise ConfigError(f"generator count={count} must be >= 0")
@@ -320,10 +344,16 @@ def generate(config: GeneratorConfig, count: int | None, events: SampleEvents) -
     t_ooo = t_late + config.out_of_order_fraction
     t_lost = t_ooo + config.loss_rate
 
+    pending: list[tuple[int, int, GeneratedRecord]] = []  # (send ms, order, follow-up): a heap
+    made = 0
     sim_ms = 0.0  # simulated ms since start
     i = 0
     while count is None or i < count:
         now_ms = start_ms + int(sim_ms)
+        while pending and pending[0][0] <= now_ms:
+            follow_up = heapq.heappop(pending)[2]
+            recent.append(follow_up)
+            yield follow_up
         u = rng.random()
         if u < t_dup and recent:
             orig = rng.choice(recent)
@@ -337,6 +367,7 @@ def generate(config: GeneratorConfig, count: int | None, events: SampleEvents) -
                 producer_id=orig.producer_id,
                 seq_no=orig.seq_no,
                 event_time_ms=orig.event_time_ms,
+                source=orig.source,
             )
         else:
             if u < t_dup:
@@ -372,6 +403,22 @@ def generate(config: GeneratorConfig, count: int | None, events: SampleEvents) -
                 config=config,
             )
             key, payload = events.make(rng, context)
+            if events.follow_ups is not None:
+                for f in events.follow_ups(rng, context, payload):
+                    sent = max(f.at_ms, sent_ms)
+                    follow_up = GeneratedRecord(
+                        key=f.key,
+                        value=encode(f.payload),
+                        timestamp_ms=sent,
+                        kind="ok",
+                        event_id=f.event_id,
+                        producer_id=producer_ids[p],
+                        seq_no=-1,
+                        event_time_ms=f.at_ms,
+                        source=f.source,
+                    )
+                    made += 1
+                    heapq.heappush(pending, (sent, made, follow_up))
             reason = None
             if kind == "malformed":
                 reason = reasons[malformed_seen % len(reasons)]

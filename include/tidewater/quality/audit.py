@@ -24,13 +24,13 @@ from tidewater.batch.interval import Interval
 from tidewater.config import Settings
 from tidewater.errors import ConfigError, TidewaterError
 from tidewater.lake.tables import LakeTable
-from tidewater.pipelines.base import Pipeline
+from tidewater.pipelines.base import Pipeline, Source
 from tidewater.pipelines.layout import PipelineLayout
 from tidewater.quality import frames as fr
 from tidewater.quality import reports, suites
 from tidewater.quality.audit_log import AUDIT_SCHEMA, AuditRow, to_arrow
 from tidewater.quality.parity import check_parity
-from tidewater.quality.reconcile import reconcile
+from tidewater.quality.reconcile import Reconciliation, reconcile
 from tidewater.quality.validate import SuiteOutcome, SuiteRunner
 from tidewater.times import iso
 
@@ -117,8 +117,11 @@ def run_audit(spark: SparkSession, settings: Settings, request: AuditRequest) ->
     began = time.monotonic()
     pipeline = request.pipeline
     layout = PipelineLayout.of(settings, pipeline, request.namespace)
-    if request.needs_bronze and not layout.table("bronze").exists():
-        raise ConfigError(f"nothing to audit: no bronze table at {layout.table_uri('bronze')} yet")
+    if request.needs_bronze:
+        for source in pipeline.sources:
+            bronze = pipeline.table_of(source, suites.BRONZE)
+            if not layout.table(bronze).exists():
+                raise ConfigError(f"nothing to audit: no bronze table at {layout.table_uri(bronze)} yet")
     now = dt.datetime.now(dt.UTC)
     audit_id = reports.report_id(
         request.dag_id or "manual", request.task_id, request.dag_run_id, now.strftime("%Y%m%dT%H%M%S%fZ")
@@ -132,30 +135,34 @@ def run_audit(spark: SparkSession, settings: Settings, request: AuditRequest) ->
         silver=suites.SILVER in wanted,
         gold=bool({GOLD, PARITY} & wanted),
     )
-    outcomes: list[tuple[str, SuiteOutcome]] = []
+    outcomes: list[tuple[str, SuiteOutcome, bool]] = []  # (layer, outcome, blocks gold)
+    reconciliations: list[tuple[Source, Reconciliation]] = []
+    # Gold and parity failures block when any source's declaration lists them.
+    blocking = {b for source in pipeline.sources for b in source.quality.blocking_suites}
     try:
         with tempfile.TemporaryDirectory(prefix="tidewater-docs-") as docs:
             runner = SuiteRunner(Path(docs), run_name=request.dag_run_id or audit_id)
-            layer_frames = {suites.BRONZE: frames.bronze, suites.RECORDS: frames.records, suites.SILVER: frames.silver}
-            for layer in (suites.BRONZE, suites.RECORDS, suites.SILVER):
-                if layer in wanted:
-                    params = _row_bounds(pipeline, request.interval) if layer == suites.SILVER else {}
-                    outcome = runner.validate(
-                        suites.load_suite(pipeline, layer), layer_frames[layer], layer=layer, parameters=params
-                    )
-                    outcomes.append((layer, _with_rows(outcome, layer_frames[layer].count())))
+            for source in pipeline.sources:
+                own = frames.sources[source.name]
+                layer_frames = {suites.BRONZE: own.bronze, suites.RECORDS: own.records, suites.SILVER: own.silver}
+                for base_layer, frame in layer_frames.items():
+                    if base_layer not in wanted:
+                        continue
+                    layer = pipeline.table_of(source, base_layer)
+                    params = _row_bounds(source, request.interval) if base_layer == suites.SILVER else {}
+                    outcome = runner.validate(suites.load_suite(pipeline, layer), frame, layer=layer, parameters=params)
+                    blocks = base_layer in source.quality.blocking_suites
+                    outcomes.append((layer, _with_rows(outcome, frame.count()), blocks))
+                if suites.RECONCILIATION in wanted:
+                    reconciliations.append((source, reconcile(spark, layout, own, request.interval)))
             if GOLD in wanted:
                 for name, frame in sorted(frames.gold.items()):
                     outcome = runner.validate(suites.load_suite(pipeline, name), frame, layer=name)
-                    outcomes.append((name, _with_rows(outcome, frame.count())))
-            reconciliation = reconcile(spark, layout, frames) if suites.RECONCILIATION in wanted else None
+                    outcomes.append((name, _with_rows(outcome, frame.count()), name in blocking))
             parities = check_parity(spark, layout, request.interval, frames.gold) if PARITY in wanted else []
-            summary = {o.suite: (o.success, o.failures) for _, o in outcomes}
-            if reconciliation is not None:
-                summary[suites.suite_name(pipeline, suites.RECONCILIATION)] = (
-                    reconciliation.success,
-                    reconciliation.failures,
-                )
+            summary = {o.suite: (o.success, o.failures) for _, o, _ in outcomes}
+            for source, reconciliation in reconciliations:
+                summary[reconciliation_suite(pipeline, source)] = (reconciliation.success, reconciliation.failures)
             for parity in parities:
                 summary[parity_suite(pipeline, parity.table)] = (parity.success, parity.failures)
             title = f"{pipeline.name} audit of [{iso(request.interval.start)}, {iso(request.interval.end)})"
@@ -163,7 +170,6 @@ def run_audit(spark: SparkSession, settings: Settings, request: AuditRequest) ->
             report_path = reports.publish(Path(docs), layout, audit_id)
     finally:
         frames.unpersist()
-    blocking = set(pipeline.quality.blocking_suites)
     base = {
         "audit_id": audit_id,
         "pipeline": pipeline.name,
@@ -188,25 +194,25 @@ def run_audit(spark: SparkSession, settings: Settings, request: AuditRequest) ->
             failed_expectations=len(o.failures),
             failures=o.failures,
             counts={"unexpected": o.unexpected},
-            blocking=layer in blocking,
+            blocking=blocks,
         )
-        for layer, o in outcomes
+        for layer, o, blocks in outcomes
     ]
-    if reconciliation is not None:
-        rows.append(
-            AuditRow(
-                **base,
-                suite=suites.suite_name(pipeline, suites.RECONCILIATION),
-                table_name="bronze",
-                success=reconciliation.success,
-                rows=int(reconciliation.counts["bronze_rows"]),
-                expectations=reconciliation.checks,
-                failed_expectations=len(reconciliation.failures),
-                failures=reconciliation.failures,
-                counts=reconciliation.counts,
-                blocking=suites.RECONCILIATION in blocking,
-            )
+    rows += [
+        AuditRow(
+            **base,
+            suite=reconciliation_suite(pipeline, source),
+            table_name=pipeline.table_of(source, suites.BRONZE),
+            success=reconciliation.success,
+            rows=int(reconciliation.counts["bronze_rows"]),
+            expectations=reconciliation.checks,
+            failed_expectations=len(reconciliation.failures),
+            failures=reconciliation.failures,
+            counts=reconciliation.counts,
+            blocking=suites.RECONCILIATION in source.quality.blocking_suites,
         )
+        for source, reconciliation in reconciliations
+    ]
     rows += [
         AuditRow(
             **base,
@@ -247,10 +253,15 @@ def parity_suite(pipeline: Pipeline, table: str) -> str:
     return suites.suite_name(pipeline, f"{PARITY}/{table}")
 
 
-def _row_bounds(pipeline: Pipeline, interval: Interval) -> dict[str, Any]:
+def reconciliation_suite(pipeline: Pipeline, source: Source) -> str:
+    """``rsvps.reconciliation`` (one source) or ``ads.clicks.reconciliation``: one source's reconciliation."""
+    return suites.suite_name(pipeline, pipeline.table_of(source, suites.RECONCILIATION))
+
+
+def _row_bounds(source: Source, interval: Interval) -> dict[str, Any]:
     """Row-count bounds of the silver suite for this interval's length (declared per hour)."""
     hours = (interval.end - interval.start).total_seconds() / 3600
-    low, high = pipeline.quality.rows_per_hour
+    low, high = source.quality.rows_per_hour
     params: dict[str, Any] = {}
     if low is not None:
         params[suites.MIN_ROWS] = math.floor(low * hours)

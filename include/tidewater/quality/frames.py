@@ -22,21 +22,36 @@ from tidewater.batch import sources
 from tidewater.batch.interval import Interval
 from tidewater.batch.predicates import Selection
 from tidewater.lake.reads import read_table
+from tidewater.pipelines.base import Source
 from tidewater.pipelines.layout import PipelineLayout
 from tidewater.quality.suites import lead_columns
 from tidewater.times import parse_duration
 
 
 @dataclass
-class IntervalFrames:
-    interval: Interval
+class SourceFrames:
+    """One source's frames of the interval."""
+
+    source: Source
     bronze: DataFrame
     records: DataFrame  # parsed bronze, with ``_error`` (null for a valid record)
     silver: DataFrame
+
+    def unpersist(self) -> None:
+        for frame in (self.bronze, self.records, self.silver):
+            frame.unpersist()
+
+
+@dataclass
+class IntervalFrames:
+    interval: Interval
+    sources: dict[str, SourceFrames]  # by source name
     gold: dict[str, DataFrame]  # "gold/<name>" -> windows starting in the interval
 
     def unpersist(self) -> None:
-        for frame in (self.bronze, self.records, self.silver, *self.gold.values()):
+        for frames in self.sources.values():
+            frames.unpersist()
+        for frame in self.gold.values():
             frame.unpersist()
 
 
@@ -51,22 +66,6 @@ def read_interval(
 ) -> IntervalFrames:
     """The frames of the interval the audit needs, cached: each feeds several expectations."""
     pipeline = layout.pipeline
-    nothing = spark.createDataFrame([], "x int")
-    bronze_frame = records = nothing
-    if bronze:  # a sandbox replay's namespace has no bronze: its audit checks silver and gold only
-        since = interval.start - parse_duration(pipeline.clock_skew_tolerance)
-        arrived = sources.bronze_since(spark, layout.table("bronze"), since)
-        arrived = arrived.where(F.col("kafka_timestamp") < F.lit(interval.end)).where(
-            F.col("kafka_timestamp") >= F.lit(interval.start)
-        )
-        bronze_frame = _cache(arrived)
-        records = _cache(with_leads(layout, pipeline.parse(bronze_frame)))
-    silver_frame = nothing
-    if silver:
-        selection = Selection(pipeline.event_time, interval, None, ())
-        silver_frame = _cache(
-            with_leads(layout, sources.silver_for(spark, layout.table("silver"), pipeline, selection))
-        )
     gold_frames: dict[str, DataFrame] = {}
     if gold:
         for table in pipeline.gold:
@@ -74,22 +73,45 @@ def read_interval(
             if layout.table(name).exists():
                 rows = Selection(table.span[0], interval, None, ())
                 gold_frames[name] = _cache(read_table(spark, layout.table_uri(name)).where(rows.column()))
-    return IntervalFrames(
-        interval=interval, bronze=bronze_frame, records=records, silver=silver_frame, gold=gold_frames
-    )
+    per_source = {
+        source.name: _source_frames(spark, layout, source, interval, bronze=bronze, silver=silver)
+        for source in pipeline.sources
+    }
+    return IntervalFrames(interval=interval, sources=per_source, gold=gold_frames)
 
 
-def with_leads(layout: PipelineLayout, frame: DataFrame) -> DataFrame:
+def _source_frames(
+    spark: SparkSession, layout: PipelineLayout, source: Source, interval: Interval, *, bronze: bool, silver: bool
+) -> SourceFrames:
+    pipeline = layout.pipeline
+    nothing = spark.createDataFrame([], "x int")
+    bronze_frame = records = silver_frame = nothing
+    if bronze:  # a sandbox replay's namespace has no bronze: its audit checks silver and gold only
+        since = interval.start - parse_duration(source.clock_skew_tolerance)
+        arrived = sources.bronze_since(spark, layout.table(pipeline.table_of(source, "bronze")), since)
+        arrived = arrived.where(F.col("kafka_timestamp") < F.lit(interval.end)).where(
+            F.col("kafka_timestamp") >= F.lit(interval.start)
+        )
+        bronze_frame = _cache(arrived)
+        records = _cache(with_leads(source, source.parse(bronze_frame)))
+    if silver:
+        selection = Selection(source.event_time, interval, None, ())
+        table = layout.table(pipeline.table_of(source, "silver"))
+        silver_frame = _cache(with_leads(source, sources.silver_for(spark, table, source, selection)))
+    return SourceFrames(source=source, bronze=bronze_frame, records=records, silver=silver_frame)
+
+
+def with_leads(source: Source, frame: DataFrame) -> DataFrame:
     """Add the derived columns some expectations validate (event time ahead of ingestion, seconds)."""
-    for constraint in lead_columns(layout.pipeline):
+    for constraint in lead_columns(source):
         lead = F.col(constraint.column).cast("double") - F.col("ingest_time").cast("double")
         frame = frame.withColumn(constraint.lead_column, lead)
     return frame
 
 
-def quarantine_of(spark: SparkSession, layout: PipelineLayout, interval: Interval) -> DataFrame | None:
-    """Quarantine rows of records that arrived in the interval (None: no quarantine table yet)."""
-    table = layout.table("quarantine")
+def quarantine_of(spark: SparkSession, layout: PipelineLayout, source: Source, interval: Interval) -> DataFrame | None:
+    """Quarantine rows of ``source``'s records that arrived in the interval (None: no quarantine table yet)."""
+    table = layout.table(layout.pipeline.table_of(source, "quarantine"))
     if not table.exists():
         return None
     first = (interval.start - dt.timedelta(days=1)).date().isoformat()
@@ -100,18 +122,19 @@ def quarantine_of(spark: SparkSession, layout: PipelineLayout, interval: Interva
     )
 
 
-def silver_of_records(spark: SparkSession, layout: PipelineLayout, records: DataFrame) -> DataFrame | None:
-    """Silver rows in the event-date partitions the interval's valid records fall in."""
-    pipeline = layout.pipeline
-    table = layout.table("silver")
+def silver_of_records(
+    spark: SparkSession, layout: PipelineLayout, source: Source, records: DataFrame
+) -> DataFrame | None:
+    """``source``'s silver rows in the event-date partitions the interval's valid records fall in."""
+    table = layout.table(layout.pipeline.table_of(source, "silver"))
     if not table.exists():
         return None
     dates = [
         r[0].isoformat()
-        for r in records.where(F.col("_error").isNull()).select(pipeline.partition_column).distinct().collect()
+        for r in records.where(F.col("_error").isNull()).select(source.partition_column).distinct().collect()
         if r[0] is not None
     ]
-    return read_table(spark, table.uri, partition_filter={pipeline.partition_column: dates})
+    return read_table(spark, table.uri, partition_filter={source.partition_column: dates})
 
 
 def _cache(frame: DataFrame) -> DataFrame:

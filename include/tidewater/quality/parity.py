@@ -28,7 +28,7 @@ from tidewater.batch import sources
 from tidewater.batch.gold_diff import index_rows, measure_columns
 from tidewater.batch.interval import Interval
 from tidewater.batch.predicates import Selection
-from tidewater.batch.windows import closed_before, interval_gold
+from tidewater.batch.windows import gold_closed_before, interval_gold
 from tidewater.pipelines.base import FINAL, WINDOW_SPAN
 from tidewater.pipelines.layout import PipelineLayout
 
@@ -52,19 +52,15 @@ def check_parity(
 ) -> list[Parity]:
     """One :class:`Parity` per gold table of ``live`` ("gold/<name>" -> its rows starting in the interval)."""
     pipeline = layout.pipeline
-    silver = layout.table("silver")
-    high = sources.max_event_time(spark, silver, pipeline.event_time) if silver.exists() else None
-    closed = closed_before(high, pipeline.watermark)
-
-    def read(feed: Interval) -> DataFrame:
-        return sources.silver_for(spark, silver, pipeline, Selection(pipeline.event_time, feed))
-
+    highs = sources.silver_highs(spark, layout)
     out = []
     for name, frame in sorted(live.items()):
         gold = pipeline.gold_table(name.removeprefix("gold/"))
+        closed, high = gold_closed_before(pipeline.inputs(gold), highs)
         if closed is None:
             out.append(Parity(name, 0, {"closed_before": None}))
             continue
+        read = sources.input_reader(spark, layout, gold)
         rows, _ = interval_gold(gold, read, Selection(gold.span[0], interval), closed, high=high)
         published = frame.where(F.col("status") == FINAL).toArrow()
         out.append(compare(name, published, rows.toArrow(), gold.keys, span=gold.span, closed=closed))

@@ -7,7 +7,7 @@
   (topic, partition, offset): kept in silver, or a re-send of an event silver holds from another
   record, or quarantined. What is none of these was lost between bronze and silver; a quarantine
   row without a rejected record (or a rejected record without its row) is counted too.
-* **sequence gaps** (only for a pipeline that declares ``sequence=(producer, seq)``): per producer,
+* **sequence gaps** (only for a source that declares ``sequence=(producer, seq)``): per producer,
   sequence numbers missing between the lowest and highest of the interval's first copies: records
   lost upstream of Kafka (or unreadable ones: records whose producer/sequence did not parse cannot
   be attributed and are counted beside the gaps).
@@ -23,6 +23,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from tidewater.batch import sources
+from tidewater.batch.interval import Interval
+from tidewater.pipelines.base import Source
 from tidewater.pipelines.layout import PipelineLayout
 from tidewater.quality import frames as fr
 
@@ -40,16 +42,19 @@ class Reconciliation:
         return not self.failures
 
 
-def reconcile(spark: SparkSession, layout: PipelineLayout, frames: fr.IntervalFrames) -> Reconciliation:
-    pipeline = layout.pipeline
-    records = frames.records.select(*_LINEAGE, pipeline.key, *(pipeline.sequence or ()), "_error")
+def reconcile(
+    spark: SparkSession, layout: PipelineLayout, frames: fr.SourceFrames, interval: Interval
+) -> Reconciliation:
+    """Reconcile one source's records of ``interval`` (its bronze, silver, quarantine)."""
+    source = frames.source
+    records = frames.records.select(*_LINEAGE, source.key, *(source.sequence or ()), "_error")
     counts: dict[str, Any] = {}
     failures: list[str] = []
 
     # Offsets: the span the interval's records cover per partition, and bronze rows inside it.
     spans = frames.bronze.groupBy("partition").agg(F.min("offset").alias("lo"), F.max("offset").alias("hi")).collect()
     span = sum(r["hi"] - r["lo"] + 1 for r in spans)
-    in_span = _bronze_in_spans(spark, layout, frames, spans)
+    in_span = _bronze_in_spans(spark, layout, source, interval, spans)
     counts["bronze_rows"] = frames.bronze.count()
     counts["offset_span"] = span
     counts["bronze_rows_in_span"] = in_span["rows"]
@@ -64,7 +69,7 @@ def reconcile(spark: SparkSession, layout: PipelineLayout, frames: fr.IntervalFr
     # Bronze = silver + duplicates removed + quarantined.
     valid = records.where(F.col("_error").isNull())
     rejected = records.where(F.col("_error").isNotNull())
-    silver = fr.silver_of_records(spark, layout, frames.records)
+    silver = fr.silver_of_records(spark, layout, source, frames.records)
     kept = dup = phantom = 0
     missing = valid.count()
     resent = valid.limit(0).select(*_LINEAGE)
@@ -73,15 +78,14 @@ def reconcile(spark: SparkSession, layout: PipelineLayout, frames: fr.IntervalFr
         not_kept = valid.join(silver_lineage, on=list(_LINEAGE), how="left_anti")
         kept = missing - not_kept.count()
         # Not kept, but silver holds the event (from another record): a re-send removed by de-duplication.
-        resent = not_kept.join(silver.select(pipeline.key).distinct(), on=pipeline.key, how="left_semi")
+        resent = not_kept.join(silver.select(source.key).distinct(), on=source.key, how="left_semi")
         dup = resent.count()
         missing -= kept + dup
-        interval = frames.interval
         arrived = silver.where(
             (F.col("kafka_timestamp") >= F.lit(interval.start)) & (F.col("kafka_timestamp") < F.lit(interval.end))
         )
         phantom = arrived.select(*_LINEAGE).join(records, on=list(_LINEAGE), how="left_anti").count()
-    quarantine = fr.quarantine_of(spark, layout, frames.interval)
+    quarantine = fr.quarantine_of(spark, layout, source, interval)
     rejected_count = rejected.count()
     quarantined = 0
     stray = 0
@@ -109,9 +113,9 @@ def reconcile(spark: SparkSession, layout: PipelineLayout, frames: fr.IntervalFr
         failures.append(f"{phantom} silver and {stray} quarantine rows point at records bronze does not hold")
 
     checks = 3
-    if pipeline.sequence is not None:
+    if source.sequence is not None:
         checks += 1
-        failures += _sequence_gaps(records, resent, pipeline.sequence, counts)
+        failures += _sequence_gaps(records, resent, source.sequence, counts)
     return Reconciliation(counts=counts, failures=failures, checks=checks)
 
 
@@ -144,7 +148,7 @@ def _sequence_gaps(
 
 
 def _bronze_in_spans(
-    spark: SparkSession, layout: PipelineLayout, frames: fr.IntervalFrames, spans: list[Any]
+    spark: SparkSession, layout: PipelineLayout, source: Source, interval: Interval, spans: list[Any]
 ) -> dict[str, int]:
     """Rows and distinct offsets bronze holds inside each partition's span, whatever their timestamps
     (records of a producer whose clock lags can sit inside the span with older timestamps)."""
@@ -154,8 +158,8 @@ def _bronze_in_spans(
     for r in spans:
         part = (F.col("partition") == r["partition"]) & F.col("offset").between(r["lo"], r["hi"])
         cond = part if cond is None else cond | part
-    since = frames.interval.start - (frames.interval.end - frames.interval.start) - dt.timedelta(days=1)
-    bronze = sources.bronze_since(spark, layout.table("bronze"), since).where(cond)
+    since = interval.start - (interval.end - interval.start) - dt.timedelta(days=1)
+    bronze = sources.bronze_since(spark, layout.table(layout.pipeline.table_of(source, "bronze")), since).where(cond)
     row = bronze.agg(
         F.count(F.lit(1)).alias("rows"), F.countDistinct("partition", "offset").alias("distinct")
     ).collect()[0]

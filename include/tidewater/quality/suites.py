@@ -1,6 +1,7 @@
 """Expectation suites derived from a pipeline's declaration, and the copies kept in the repository.
 
-One suite per audited layer (:data:`LAYERS`):
+One suite per audited layer (:data:`LAYERS`) of each source (``<source>/silver`` when a pipeline has
+several, see :meth:`Pipeline.table_of`), and one per gold table:
 
 * ``bronze``: every Kafka record once ((topic, partition, offset) unique), lineage present.
 * ``records``: the interval's arriving records parsed with the pipeline's schema, before quarantine
@@ -25,7 +26,7 @@ from typing import Any
 from pyspark.sql.types import DataType, StructType
 
 from tidewater.errors import ConfigError
-from tidewater.pipelines.base import FINAL, PROVISIONAL, Pipeline
+from tidewater.pipelines.base import FINAL, PROVISIONAL, Pipeline, Source
 from tidewater.pipelines.contract import Expectation, NotAfterArrival, expectation
 
 SUITES_DIR = Path(__file__).parent / "suites"
@@ -47,17 +48,29 @@ def suite_name(pipeline: Pipeline, layer: str) -> str:
 
 
 def layers_of(pipeline: Pipeline) -> tuple[str, ...]:
-    return (*LAYERS, *(f"gold/{g.name}" for g in pipeline.gold))
+    own = (pipeline.table_of(source, layer) for source in pipeline.sources for layer in LAYERS)
+    return (*own, *(f"gold/{g.name}" for g in pipeline.gold))
+
+
+def source_layer(pipeline: Pipeline, layer: str) -> tuple[Source, str] | None:
+    """(source, bronze|records|silver|reconciliation) of a source's layer name, None for a gold table."""
+    for source in pipeline.sources:
+        for base in (*LAYERS, RECONCILIATION):
+            if pipeline.table_of(source, base) == layer:
+                return source, base
+    return None
 
 
 def derive(pipeline: Pipeline, layer: str) -> dict[str, Any]:
     """The suite of ``layer`` as Great Expectations JSON (``name``, ``expectations``, ``meta``)."""
-    if layer == BRONZE:
+    found = source_layer(pipeline, layer)
+    base = found[1] if found else None
+    if base == BRONZE:
         expectations = _bronze()
-    elif layer == RECORDS:
-        expectations = _records(pipeline)
-    elif layer == SILVER:
-        expectations = _silver(pipeline)
+    elif found and base == RECORDS:
+        expectations = _records(found[0])
+    elif found and base == SILVER:
+        expectations = _silver(found[0])
     elif layer.startswith("gold/"):
         expectations = _gold(pipeline, layer.removeprefix("gold/"))
     else:
@@ -135,23 +148,23 @@ def _bronze() -> list[Expectation]:
     ]
 
 
-def _contract(pipeline: Pipeline) -> list[Expectation]:
-    return [e for constraint in pipeline.constraints for e in constraint.expectations()]
+def _contract(source: Source) -> list[Expectation]:
+    return [e for constraint in source.constraints for e in constraint.expectations()]
 
 
-def _records(pipeline: Pipeline) -> list[Expectation]:
-    quality = pipeline.quality
+def _records(source: Source) -> list[Expectation]:
+    quality = source.quality
     mostly = round(1.0 - quality.tolerated_invalid_fraction, 6)
     tolerated = {"notes": f"tolerates {quality.tolerated_invalid_fraction:.2%} of arriving records breaking it"}
     out = [
         {**e, "kwargs": {**e["kwargs"], "mostly": mostly}, "meta": {**e["meta"], **tolerated}}
-        for e in _contract(pipeline)
+        for e in _contract(source)
     ]
     # Every copy of a re-sent event counts as unexpected, hence twice the tolerated share of re-sends.
     out.append(
         expectation(
             "expect_column_values_to_be_unique",
-            column=pipeline.key,
+            column=source.key,
             mostly=round(1.0 - 2 * quality.tolerated_duplicate_fraction, 6),
             meta={"notes": f"tolerates {quality.tolerated_duplicate_fraction:.2%} of records being re-sends"},
         )
@@ -159,12 +172,12 @@ def _records(pipeline: Pipeline) -> list[Expectation]:
     return out
 
 
-def _silver(pipeline: Pipeline) -> list[Expectation]:
-    types = silver_types(pipeline)
-    low, high = pipeline.quality.rows_per_hour
+def _silver(source: Source) -> list[Expectation]:
+    types = silver_types(source)
+    low, high = source.quality.rows_per_hour
     return [
-        *_contract(pipeline),
-        expectation("expect_column_values_to_be_unique", column=pipeline.key),
+        *_contract(source),
+        expectation("expect_column_values_to_be_unique", column=source.key),
         *(expectation("expect_column_values_to_be_of_type", column=c, type_=t) for c, t in types.items()),
         expectation(
             "expect_table_row_count_to_be_between",
@@ -191,14 +204,14 @@ def _gold(pipeline: Pipeline, name: str) -> list[Expectation]:
     ]
 
 
-def silver_types(pipeline: Pipeline) -> dict[str, str]:
+def silver_types(source: Source) -> dict[str, str]:
     """Spark type names of silver's columns, from the payload schema (``p.a.b`` paths) and lineage."""
     types: dict[str, str] = {}
-    for name, expr in pipeline.columns.items():
-        data_type = _resolve(pipeline.payload_schema, expr)
+    for name, expr in source.columns.items():
+        data_type = _resolve(source.payload_schema, expr)
         if data_type is not None:
             types[name] = type(data_type).__name__
-    types[pipeline.partition_column] = "DateType"
+    types[source.partition_column] = "DateType"
     return {**types, **_LINEAGE_TYPES}
 
 
@@ -215,6 +228,6 @@ def _resolve(schema: StructType, expr: str) -> DataType | None:
     return current
 
 
-def lead_columns(pipeline: Pipeline) -> list[NotAfterArrival]:
+def lead_columns(source: Source) -> list[NotAfterArrival]:
     """Constraints whose expectations need a derived column added to the audited frame."""
-    return [c for c in pipeline.constraints if isinstance(c, NotAfterArrival)]
+    return [c for c in source.constraints if isinstance(c, NotAfterArrival)]

@@ -35,8 +35,9 @@ def summarize(progress: dict[str, Any], late_total: int, held_total: int = 0) ->
     state = progress.get("stateOperators", [])
     dropped = sum(int(op.get("numRowsDroppedByWatermark", 0)) for op in state)
     # Events held out of a gold query for running ahead of the clock (tidewater.transforms.watermark_safe).
-    held_metric = (progress.get("observedMetrics") or {}).get("held_ahead_of_clock") or {}
-    held = int(held_metric.get("rows") or 0)
+    # A query over several sources observes one metric per input (held_ahead_of_clock_<source>).
+    observed = progress.get("observedMetrics") or {}
+    held = sum(int((v or {}).get("rows") or 0) for k, v in observed.items() if k.startswith("held_ahead_of_clock"))
     return {
         "name": progress.get("name"),
         "id": progress.get("id"),

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from tidewater import transforms
 from tidewater.config import Settings
@@ -32,7 +32,7 @@ from tidewater.connectors.kafka_client import topic_partitions
 from tidewater.connectors.kafka_source import source_options
 from tidewater.errors import TidewaterError, one_line
 from tidewater.lake.tables import LakeTable, check_lake_root
-from tidewater.pipelines.base import Pipeline
+from tidewater.pipelines.base import Pipeline, Source
 from tidewater.pipelines.layout import PipelineLayout
 from tidewater.streaming.checkpoint import Checkpoint, claim
 from tidewater.streaming.progress import ProgressRecorder
@@ -47,9 +47,10 @@ class StreamFailedError(TidewaterError):
 
 @dataclass(frozen=True)
 class Tier:
-    query: str  # "bronze", "silver" or "gold_<name>"
+    query: str  # "bronze", "silver" or "gold_<name>" ("bronze_<source>" ... with several sources)
     source: str
     target: str
+    feeds: str | None = None  # the pipeline source a bronze/silver tier is of (None: a gold tier)
 
 
 class PipelineStreams:
@@ -66,21 +67,28 @@ class PipelineStreams:
 
     @property
     def tiers(self) -> list[Tier]:
-        uri = self.layout.table_uri
-        tiers = [Tier("bronze", f"kafka:{self.topic}", uri("bronze"))]
-        if self.settings.silver_query:
-            tiers.append(Tier("silver", uri("bronze"), uri("silver")))
-        tiers += [Tier(f"gold_{g.name}", uri("silver"), uri(f"gold/{g.name}")) for g in self.pipeline.gold]
+        """Every query, lowest tier first: each source's bronze (and silver), then each gold table."""
+        uri, pipeline = self.layout.table_uri, self.pipeline
+        tiers = []
+        for source in pipeline.sources:
+            bronze = uri(pipeline.table_of(source, "bronze"))
+            tiers.append(Tier(pipeline.query_of(source, "bronze"), f"kafka:{self.topic(source)}", bronze, source.name))
+            if self.settings.silver_query:
+                silver = uri(pipeline.table_of(source, "silver"))
+                tiers.append(Tier(pipeline.query_of(source, "silver"), bronze, silver, source.name))
+        for gold in pipeline.gold:
+            inputs = ",".join(uri(pipeline.table_of(s, "silver")) for s in pipeline.inputs(gold))
+            tiers.append(Tier(f"gold_{gold.name}", inputs, uri(f"gold/{gold.name}")))
         return tiers
 
-    @property
-    def topic(self) -> str:
-        return self.settings.topic(self.pipeline.topic)
+    def topic(self, source: Source) -> str:
+        return self.settings.topic(source.topic)
 
     def preflight(self) -> None:
         """Everything that can be checked before Spark starts, each failing in one line: Kafka reachable,
         topic present, lake root writable, checkpoints sane and not in use (their leases are taken here)."""
-        topic_partitions(self.settings, self.topic)
+        for source in self.pipeline.sources:
+            topic_partitions(self.settings, self.topic(source))
         check_lake_root(self.settings.lake_uri)
         for tier in self.tiers:
             self._claim(tier)
@@ -88,16 +96,10 @@ class PipelineStreams:
     def ensure_tables(self) -> None:
         assert self.spark is not None
         schemas = self.pipeline.schemas(self.spark)
-        partitioning = {
-            "bronze": ("ingest_date",),
-            "silver": (self.pipeline.partition_column,),
-            "quarantine": ("quarantine_date",),
-            "conflicts": ("detected_date",),
-        }
         for name in self.layout.table_names:
             LakeTable(self.layout.table_uri(name)).ensure(
                 schemas[name],
-                partition_by=partitioning.get(name, ()),
+                partition_by=self.pipeline.partitioning(name),
                 description=f"{self.pipeline.name} {name}",
             )
 
@@ -132,70 +134,92 @@ class PipelineStreams:
         checkpoint = self._claim(tier)
         name = self.query_name(tier.query)
 
-        def silver_writer() -> SilverWriter:
-            return SilverWriter(
-                self.pipeline,
-                silver=LakeTable(self.layout.table_uri("silver")),
-                quarantine=LakeTable(self.layout.table_uri("quarantine")),
-                conflicts=LakeTable(self.layout.table_uri("conflicts")),
-                app_id=checkpoint.app_id,
-                query=self.query_name("silver"),
-                locks={t: self.layout.lock(t) for t in ("silver", "quarantine", "conflicts")},
-            )
-
-        if tier.query == "bronze":
-            kafka = (
-                self.spark.readStream.format("tidewater-kafka")
-                .options(**source_options(self.settings, self.topic))
-                .load()
-            )
-            if self.settings.silver_query:  # decoupled tiers: silver polls the bronze table itself
-                writer = (
-                    transforms.to_bronze(kafka)
-                    .writeStream.format("tidewater-delta")
-                    .option("appId", checkpoint.app_id)
-                    .option("queryName", name)
-                    .option("path", tier.target)
-                    .option("lockPath", str(self.layout.lock("bronze").path))
-                    .option("lockTimeoutSeconds", str(self.settings.table_lock_timeout_seconds))
-                )
-            else:
-                writer = kafka.writeStream.foreachBatch(
-                    BronzeSilverWriter(
-                        self.pipeline,
-                        bronze=LakeTable(tier.target),
-                        silver=silver_writer(),
-                        app_id=checkpoint.app_id,
-                        query=name,
-                        lock=self.layout.lock("bronze"),
-                    )
-                )
-        elif tier.query == "silver":
-            bronze = self.spark.readStream.format("tidewater-delta").load(tier.source)
-            writer = bronze.writeStream.foreachBatch(silver_writer())
+        if tier.feeds is None:
+            writer = self._gold_writer(tier, checkpoint, name)
         else:
-            gold = self.pipeline.gold_table(tier.query.removeprefix("gold_"))
-            # Batch recomputes overwrite silver intervals; the stream follows appends only.
-            silver = (
-                self.spark.readStream.format("tidewater-delta").option("skipChangeCommits", "true").load(tier.source)
-            )
-            writer = (
-                gold.rows(transforms.watermark_safe(silver, self.pipeline.event_time, self.pipeline.max_event_lead))
-                .writeStream.outputMode(gold.output_mode)
-                .foreachBatch(
-                    GoldWriter(
-                        gold,
-                        table=LakeTable(tier.target),
-                        app_id=checkpoint.app_id,
-                        query=name,
-                        lock=self.layout.lock(f"gold/{gold.name}"),
-                    )
-                )
-            )
+            writer = self._source_writer(tier, checkpoint, name, self.pipeline.source(tier.feeds))
         query = writer.queryName(name).option("checkpointLocation", str(checkpoint.path)).trigger(**trigger).start()
         self.queries[tier.query] = query
         log.info("started %s (%s -> %s)", name, tier.source, tier.target)
         return query
+
+    def _source_writer(self, tier: Tier, checkpoint: Checkpoint, name: str, source: Source) -> DataStreamWriter:
+        """Kafka -> bronze (and silver, unless silver is its own query), or bronze -> silver."""
+        assert self.spark is not None
+        pipeline, layout = self.pipeline, self.layout
+
+        def silver_writer() -> SilverWriter:
+            tables = {tier: pipeline.table_of(source, tier) for tier in ("silver", "quarantine", "conflicts")}
+            return SilverWriter(
+                source,
+                silver=layout.table(tables["silver"]),
+                quarantine=layout.table(tables["quarantine"]),
+                conflicts=layout.table(tables["conflicts"]),
+                app_id=checkpoint.app_id,
+                query=self.query_name(pipeline.query_of(source, "silver")),
+                locks={t: layout.lock(table) for t, table in tables.items()},
+            )
+
+        bronze_lock = layout.lock(pipeline.table_of(source, "bronze"))
+        if tier.query == pipeline.query_of(source, "silver"):
+            bronze = self.spark.readStream.format("tidewater-delta").load(tier.source)
+            return bronze.writeStream.foreachBatch(silver_writer())
+        kafka = (
+            self.spark.readStream.format("tidewater-kafka")
+            .options(**source_options(self.settings, self.topic(source)))
+            .load()
+        )
+        if self.settings.silver_query:  # decoupled tiers: silver polls the bronze table itself
+            return (
+                transforms.to_bronze(kafka)
+                .writeStream.format("tidewater-delta")
+                .option("appId", checkpoint.app_id)
+                .option("queryName", name)
+                .option("path", tier.target)
+                .option("lockPath", str(bronze_lock.path))
+                .option("lockTimeoutSeconds", str(self.settings.table_lock_timeout_seconds))
+            )
+        return kafka.writeStream.foreachBatch(
+            BronzeSilverWriter(
+                bronze=LakeTable(tier.target),
+                silver=silver_writer(),
+                app_id=checkpoint.app_id,
+                query=name,
+                lock=bronze_lock,
+            )
+        )
+
+    def _gold_writer(self, tier: Tier, checkpoint: Checkpoint, name: str) -> DataStreamWriter:
+        """Silver of the table's inputs (each watermark-safe) -> the kind's output mode -> MERGE."""
+        assert self.spark is not None
+        gold = self.pipeline.gold_table(tier.query.removeprefix("gold_"))
+        inputs = self.pipeline.inputs(gold)
+        silvers = [
+            # Batch recomputes overwrite silver intervals; the stream follows appends only.
+            transforms.watermark_safe(
+                self.spark.readStream.format("tidewater-delta")
+                .option("skipChangeCommits", "true")
+                .load(self.layout.table_uri(self.pipeline.table_of(source, "silver"))),
+                source.event_time,
+                source.max_event_lead,
+                # one observed metric per input: Spark needs their names unique within a query
+                metric=transforms.HELD_METRIC if len(inputs) == 1 else f"{transforms.HELD_METRIC}_{source.name}",
+            )
+            for source in inputs
+        ]
+        return (
+            gold.rows(*silvers)
+            .writeStream.outputMode(gold.output_mode)
+            .foreachBatch(
+                GoldWriter(
+                    gold,
+                    table=LakeTable(tier.target),
+                    app_id=checkpoint.app_id,
+                    query=name,
+                    lock=self.layout.lock(f"gold/{gold.name}"),
+                )
+            )
+        )
 
     def run_available_now(self, spark: SparkSession) -> None:
         """Process everything available now, tier by tier, then return."""

@@ -21,7 +21,7 @@ from tidewater.errors import TidewaterError, one_line
 from tidewater.lake import writes
 from tidewater.lake.locks import TableLock, holding
 from tidewater.lake.tables import LakeTable
-from tidewater.pipelines.base import GoldTable, Pipeline
+from tidewater.pipelines.base import GoldTable, Source
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ class SilverWriter:
 
     def __init__(
         self,
-        pipeline: Pipeline,
+        source: Source,
         *,
         silver: LakeTable,
         quarantine: LakeTable,
@@ -53,7 +53,7 @@ class SilverWriter:
         query: str,
         locks: dict[str, TableLock] | None = None,
     ):
-        self.pipeline = pipeline
+        self.source = source
         self.silver = silver
         self.quarantine = quarantine
         self.conflicts = conflicts
@@ -67,18 +67,18 @@ class SilverWriter:
         if all(done.values()):
             log.info("%s batch %s already committed: skipped", self.query, batch_id)
             return
-        rejected, valid = isolate_poison(self.pipeline, bronze_batch, self.query, batch_id)
+        rejected, valid = isolate_poison(self.source, bronze_batch, self.query, batch_id)
         meta = {"tidewater.query": self.query, "tidewater.batch_id": batch_id}
         label = f"{self.query} batch {batch_id}"
         if not done["quarantine"]:
             with holding(self.locks.get("quarantine"), label):
                 self.quarantine.append_arrow(rejected, app_id=self.app_id, batch_id=batch_id, metadata=meta)
         if not (done["silver"] and done["conflicts"]):
-            key = self.pipeline.key
+            key = self.source.key
             with holding(self.locks.get("silver"), label):
                 existing = self.silver.lookup(key, valid.column(key).combine_chunks())
                 resolution = dedup.resolve(
-                    valid, existing, key=key, compared=self.pipeline.compared_columns, at=dt.datetime.now(dt.UTC)
+                    valid, existing, key=key, compared=self.source.compared_columns, at=dt.datetime.now(dt.UTC)
                 )
                 if not done["conflicts"]:
                     with holding(self.locks.get("conflicts"), label):
@@ -102,11 +102,11 @@ class SilverWriter:
 MAX_ISOLATION_JOBS = 256
 
 
-def isolate_poison(pipeline: Pipeline, bronze: DataFrame, query: str, batch_id: int) -> tuple[pa.Table, pa.Table]:
+def isolate_poison(source: Source, bronze: DataFrame, query: str, batch_id: int) -> tuple[pa.Table, pa.Table]:
     """(quarantine rows, valid silver rows incl. copies) of a bronze batch, with records that break the
     computation itself quarantined with the error instead of failing the batch."""
     try:
-        return _split(pipeline, bronze)
+        return _split(source, bronze)
     except Exception as exc:
         if isinstance(exc, TidewaterError | OSError):
             raise  # the lake, a lock or the broker: not about a record
@@ -130,7 +130,7 @@ def isolate_poison(pipeline: Pipeline, bronze: DataFrame, query: str, batch_id: 
             log.error("%s batch %s: the failure is not confined to a few records", query, batch_id)
             raise first_error
         try:
-            q, v = _split(pipeline, spark.createDataFrame(part, schema=schema))
+            q, v = _split(source, spark.createDataFrame(part, schema=schema))
         except Exception as exc:
             if part.num_rows == 1:
                 poison.append((part, one_line(exc)))
@@ -151,16 +151,16 @@ def isolate_poison(pipeline: Pipeline, bronze: DataFrame, query: str, batch_id: 
     return pa.concat_tables(rejected), pa.concat_tables(valid)
 
 
-def _split(pipeline: Pipeline, bronze: DataFrame) -> tuple[pa.Table, pa.Table]:
-    parsed = pipeline.parse(bronze).persist()
+def _split(source: Source, bronze: DataFrame) -> tuple[pa.Table, pa.Table]:
+    parsed = source.parse(bronze).persist()
     try:
-        return pipeline.quarantine(parsed).toArrow(), pipeline.silver(parsed).toArrow()
+        return source.quarantine(parsed).toArrow(), source.silver(parsed).toArrow()
     finally:
         parsed.unpersist()
 
 
 def _unprocessable(record: pa.Table, reason: str, schema: pa.Schema) -> pa.Table:
-    """A quarantine row for a bronze record the pipeline's transforms could not process."""
+    """A quarantine row for a bronze record the source's transforms could not process."""
     row = record.to_pylist()[0]
     ingest = row.get("ingest_time")
     values = {
@@ -187,7 +187,6 @@ class BronzeSilverWriter:
 
     def __init__(
         self,
-        pipeline: Pipeline,
         *,
         bronze: LakeTable,
         silver: SilverWriter,
@@ -195,7 +194,6 @@ class BronzeSilverWriter:
         query: str,
         lock: TableLock | None = None,
     ):
-        self.pipeline = pipeline
         self.bronze = bronze
         self.silver = silver
         self.app_id = app_id
