@@ -98,7 +98,7 @@ def test_valid_params_become_the_jobs_arguments(settings: Settings) -> None:
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"pipeline": "orders"}, "unknown pipeline 'orders': known pipelines are pageviews, rsvps"),
+        ({"pipeline": "orders"}, "unknown pipeline 'orders': known pipelines are ads, pageviews, rsvps"),
         ({"start": "yesterday"}, "start 'yesterday' is not an ISO-8601 time"),
         ({"end": "2026-13-01T00:00:00Z"}, "end '2026-13-01T00:00:00Z' is not an ISO-8601 time"),
         ({"start": ""}, "start is required: give an ISO-8601 time"),

@@ -141,7 +141,7 @@ def test_control_params_are_checked_in_one_line():
     cases = [
         (
             {"pipeline": "payments", "action": "start"},
-            "unknown pipeline 'payments': known pipelines are pageviews, rsvps",
+            "unknown pipeline 'payments': known pipelines are ads, pageviews, rsvps",
         ),
         ({"pipeline": "rsvps", "action": "reboot"}, "action 'reboot' is not one of start, stop, restart, resume"),
         ({"pipeline": "rsvps"}, "action is required: one of start, stop, restart, resume"),

@@ -82,5 +82,5 @@ def test_the_deployment_runs_the_pipelines_it_names(monkeypatch):
     monkeypatch.setenv("TIDEWATER_PIPELINES", "pageviews")
     assert list(all_pipelines()) == ["pageviews"]
     monkeypatch.setenv("TIDEWATER_PIPELINES", "pageviews, nope")
-    with pytest.raises(ConfigError, match=r"TIDEWATER_PIPELINES=.*nope not declared; declared: pageviews, rsvps"):
+    with pytest.raises(ConfigError, match=r"TIDEWATER_PIPELINES=.*nope not declared; declared: ads, pageviews, rsvps"):
         all_pipelines()

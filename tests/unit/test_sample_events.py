@@ -238,14 +238,16 @@ def test_platform_feeds_every_pipeline_with_sample_events(
     def fake_produce(settings: Settings, topic: str, config: GeneratorConfig, **kwargs: Any) -> None:
         with lock:
             sent[topic] = (config.rate, kwargs["events"])
+            assert kwargs["topics"] == ({"clicks": "p-ad-clicks"} if topic == "p-ad-impressions" else {})
 
     monkeypatch.setattr(producer, "produce", fake_produce)
     settings = Settings(kafka_bootstrap_servers="127.0.0.1:1", kafka_topic_prefix="p-", pipeline_modules=registered)
     generators = start_generator(settings, rate=40, seed=1, stop=threading.Event())
     generators.join(timeout=10)
-    assert generators.pipelines == ["pageviews", "rsvps", "toy"]  # not "bare": it declares none
+    assert generators.pipelines == ["ads", "pageviews", "rsvps", "toy"]  # not "bare": it declares none
     assert generators.error is None
     assert sent == {
+        "p-ad-impressions": (40, get_pipeline("ads").sample_events),  # and the clicks they cause to p-ad-clicks
         "p-pageviews": (40, get_pipeline("pageviews").sample_events),
         "p-rsvps": (40, get_pipeline("rsvps").sample_events),
         "p-toy-readings": (40, events),  # each pipeline at the full rate

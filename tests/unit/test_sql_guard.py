@@ -200,7 +200,7 @@ def test_column_named_like_a_keyword_gets_a_hint(check):
 )
 def test_paths_and_table_functions_are_refused(check, sql, shown):
     message = refused(check, sql)
-    assert message.startswith("refused: only lake tables can be read (pageviews.audits, ")
+    assert message.startswith("refused: only lake tables can be read (ads.audits, ads.clicks.bronze, ")
     assert "rsvps.audits, rsvps.bronze, " in message
     assert shown in message
 
@@ -220,7 +220,7 @@ def test_paths_and_table_functions_are_refused(check, sql, shown):
 def test_unknown_tables_are_refused_with_the_known_names(check, sql):
     message = refused(check, sql)
     assert message.startswith("refused: unknown table ")
-    listed = "pageviews.audits, pageviews.bronze, pageviews.conflicts, pageviews.corrections"
+    listed = "ads.audits, ads.clicks.bronze, ads.clicks.conflicts, ads.clicks.quarantine, ads.clicks.silver"
     assert f"lake tables: {listed}" in message and "rsvps.silver" in message
 
 

@@ -82,9 +82,21 @@ def merge(
     batch_id: int | None = None,
     metadata: dict[str, Any] | None = None,
 ) -> CommitResult:
-    if _already_committed(table, app_id, batch_id):  # skip the Spark job too
+    if _already_committed(table, app_id, batch_id):
+        drain(df)
         return CommitResult(False, table.version())
     return table.merge(df.toArrow(), keys=keys, keep=keep, app_id=app_id, batch_id=batch_id, metadata=metadata)
+
+
+def drain(df: DataFrame) -> None:
+    """Run ``df``'s plan to the end and discard the rows (Spark's ``noop`` sink).
+
+    A micro-batch whose commit the table already holds is re-run by Spark after a crash; skipping it
+    would leave the batch's stateful operators (a stream-stream join's state stores) uncommitted, and
+    Spark 4 fails the query for that (STATE_STORE_COMMIT_VALIDATION_FAILED). Draining commits the
+    state exactly as the first run did (same input, same plan) and writes nothing.
+    """
+    df.write.format("noop").mode("overwrite").save()
 
 
 def replace_where(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 
 from tidewater.pipelines.base import GoldTable, Pipeline, Projection, SessionAggregate, StreamJoin, WindowAggregate
+from tidewater.times import parse_duration
 
 
 def kind_of(gold: GoldTable) -> str:
@@ -21,6 +22,8 @@ def kind_of(gold: GoldTable) -> str:
     if isinstance(gold, Projection):
         return "projection"
     if isinstance(gold, StreamJoin):
+        if parse_duration(gold.lookback):
+            return f"join from {gold.lookback} before to {gold.bound} after"
         return f"join within {gold.bound}"
     return type(gold).__name__
 

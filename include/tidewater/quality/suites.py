@@ -18,6 +18,7 @@ parameters (``{"$PARAMETER": "min_rows"}``) because they scale with the audited 
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,8 +27,9 @@ from typing import Any
 from pyspark.sql.types import DataType, StructType
 
 from tidewater.errors import ConfigError
-from tidewater.pipelines.base import FINAL, PROVISIONAL, Pipeline, Source
+from tidewater.pipelines.base import FINAL, PROVISIONAL, Pipeline, Source, StreamJoin
 from tidewater.pipelines.contract import Expectation, NotAfterArrival, expectation
+from tidewater.times import parse_duration
 
 SUITES_DIR = Path(__file__).parent / "suites"
 BRONZE, RECORDS, SILVER, RECONCILIATION = "bronze", "records", "silver", "reconciliation"
@@ -194,7 +196,10 @@ def _gold(pipeline: Pipeline, name: str) -> list[Expectation]:
     if start == end:  # a per-event row spans an instant: its time must be there
         span = [expectation("expect_column_values_to_not_be_null", column=start)] if start not in table.keys else []
     else:
-        span = [expectation("expect_column_pair_values_a_to_be_greater_than_b", column_A=end, column_B=start)]
+        pair = {"column_A": end, "column_B": start}
+        if isinstance(table, StreamJoin) and parse_duration(table.bound) == dt.timedelta(0):
+            pair["or_equal"] = True  # a join row with no bound after its left event spans an instant
+        span = [expectation("expect_column_pair_values_a_to_be_greater_than_b", **pair)]
     return [
         expectation("expect_compound_columns_to_be_unique", column_list=list(table.keys)),
         *(expectation("expect_column_values_to_not_be_null", column=c) for c in table.keys),

@@ -1,0 +1,95 @@
+"""Pipelines of several sources: table and query names, gold inputs, suites and follow-up sample events (no Spark)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from tidewater.errors import PipelineError
+from tidewater.pipelines import ads, get_pipeline
+from tidewater.pipelines.graph import describe
+from tidewater.pipelines.samples import GeneratorConfig, generate, parse_ts
+from tidewater.quality import suites
+
+ADS = get_pipeline("ads")
+RSVPS = get_pipeline("rsvps")
+CONFIG = GeneratorConfig(seed=3, rate=5, start_time_ms=parse_ts("2026-11-21T10:00:00Z"), duplicate_rate=0.02)
+
+
+def test_each_source_has_its_own_tables_and_queries_named_after_it():
+    clicks = ADS.source("clicks")
+    assert ADS.table_of(clicks, "silver") == "clicks/silver"
+    assert ADS.query_of(clicks, "bronze") == "bronze_clicks"
+    assert [name for _, _, name in ADS.source_tables()][:4] == [
+        "impressions/bronze",
+        "impressions/silver",
+        "impressions/quarantine",
+        "impressions/conflicts",
+    ]
+    assert ADS.partitioning("clicks/silver") == ("click_date",)
+    assert ADS.partitioning("impressions/bronze") == ("ingest_date",)
+    assert ADS.partitioning("gold/ctr_per_campaign") == ()
+    # one source: the names the platform always had
+    assert RSVPS.table_of(RSVPS.source(), "silver") == "silver" and RSVPS.query_of(RSVPS.source(), "bronze") == "bronze"
+
+
+def test_gold_inputs_are_sources_in_build_order():
+    assert [s.name for s in ADS.inputs(ADS.gold_table("orphan_clicks"))] == ["clicks", "impressions"]
+    assert [s.name for s in ADS.inputs(ADS.gold_table("clicked_impressions"))] == ["impressions", "clicks"]
+    assert RSVPS.inputs(RSVPS.gold[0]) == RSVPS.sources
+
+
+def test_a_declaration_that_cannot_be_wired_is_refused_in_one_line():
+    gold = ADS.gold_table("ctr_per_campaign")
+    with pytest.raises(PipelineError, match="reads unknown source"):
+        dataclasses.replace(ADS, gold=(dataclasses.replace(gold, inputs=("impressions", "views")),))
+    with pytest.raises(PipelineError, match="must name its inputs"):
+        dataclasses.replace(ADS, gold=(dataclasses.replace(gold, inputs=()),))
+    with pytest.raises(PipelineError, match="unique"):
+        dataclasses.replace(ADS, sources=(ADS.sources[0], ADS.sources[0]))
+    with pytest.raises(PipelineError, match="has 2 sources: name one"):
+        ADS.source()
+    with pytest.raises(PipelineError, match="no source 'views'"):
+        ADS.source("views")
+
+
+def test_suites_are_per_source_and_sequence_checks_only_where_declared():
+    layers = suites.layers_of(ADS)
+    assert "clicks/silver" in layers and "impressions/records" in layers and "silver" not in layers
+    assert suites.suite_name(ADS, "clicks/silver") == "ads.clicks.silver"
+    silver = suites.derive(ADS, "clicks/silver")
+    unique = [e for e in silver["expectations"] if e["type"] == "expect_column_values_to_be_unique"]
+    assert [e["kwargs"]["column"] for e in unique] == ["click_id"]
+    assert suites.source_layer(ADS, "impressions/bronze")[1] == "bronze"
+    assert ADS.source("impressions").sequence == ("producer_id", "seq_no") and ADS.source("clicks").sequence is None
+
+
+def test_the_graph_describes_each_source_and_what_each_gold_table_reads():
+    lines = describe(ADS)
+    assert "  kafka topic ad-clicks (source clicks)" in lines
+    orphans = next(line for line in lines if "gold/orphan_clicks" in line)
+    assert (
+        "(from clicks/silver, impressions/silver)" in orphans
+        and "join from 1 hour before to 0 seconds after" in orphans
+    )
+
+
+def test_follow_ups_reference_generated_events_and_come_in_send_order():
+    records = list(generate(CONFIG, 3000, ads.SAMPLE_EVENTS))
+    assert records == list(generate(CONFIG, 3000, ads.SAMPLE_EVENTS))  # reproducible
+    impressions = {r.event_id: json.loads(r.value) for r in records if r.source is None and r.kind != "malformed"}
+    clicks = [r for r in records if r.source == "clicks" and r.kind != "duplicate"]
+    # count: the first source's events and the re-sends; follow-ups come on top
+    assert len(clicks) > 100 and len([r for r in records if r.source is None or r.kind == "duplicate"]) == 3000
+    known = [c for c in clicks if json.loads(c.value)["impression_id"] in impressions]
+    assert len(known) > 0.9 * len(clicks)
+    for click in known:
+        payload = json.loads(click.value)
+        shown = parse_ts(impressions[payload["impression_id"]]["shown_at"])
+        assert parse_ts(payload["clicked_at"]) > shown and click.seq_no == -1
+        assert payload["campaign_id"] == impressions[payload["impression_id"]]["campaign_id"]
+    sent = [r.timestamp_ms for r in records if r.kind == "ok"]
+    assert sent == sorted(sent)  # a click is yielded when the clock reaches it, not with its impression
+    assert any(r.kind == "duplicate" and r.source == "clicks" for r in records)  # re-sends of clicks too
