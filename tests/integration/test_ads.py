@@ -32,7 +32,7 @@ from pipeline_helpers import run_stream, send, wait_for
 from tidewater.batch.correction import correct_late_data
 from tidewater.batch.interval import Interval
 from tidewater.batch.ledger import Ledger
-from tidewater.batch.recompute import recompute_interval
+from tidewater.batch.recompute import recompute_interval, replay
 from tidewater.config import Settings
 from tidewater.generator.producer import ensure_topic
 from tidewater.pipelines import ads, get_pipeline
@@ -309,3 +309,29 @@ def test_a_late_click_turns_an_unclicked_impression_into_a_credited_one(lake, sp
     assert [(r["click_id"], r["clicked"], r["status"]) for r in rows] == [("late-click", True, "final")]
     again = correct_late_data(spark, settings, ADS, START, end, run_id="ads-late-2")
     assert again.ledger_entries == 0
+
+
+def test_a_sandbox_replay_of_one_campaign_reproduces_its_rows(lake, spark):
+    """Replay from both bronze tables into a sandbox, restricted to one campaign (the entity column every
+    source and gold table carries): its gold rows are the live ones, the live tables are untouched."""
+    settings, layout = lake["settings"], lake["layout"]
+    end = START + dt.timedelta(minutes=30)
+    live_versions = {g.name: layout.table(f"gold/{g.name}").version() for g in ADS.gold}
+    result = replay(
+        spark, settings, ADS, START, end, run_id="ads-replay", sandbox_namespace="ads_sandbox", entities=["c-000"]
+    )
+    assert result.namespace == "ads_sandbox" and result.entities == ("c-000",)
+    sandbox = PipelineLayout.of(settings, ADS, "ads_sandbox")
+    for gold in ADS.gold:
+
+        def rows(where: PipelineLayout, g=gold) -> set[tuple]:
+            measures = [c for c in published(where, g.name)[0] if c not in ("status", "revision")]
+            return {
+                tuple(r[c] for c in measures)
+                for r in published(where, g.name)
+                if r["campaign_id"] == "c-000" and r["window_start"] < end
+            }
+
+        assert rows(sandbox) == rows(layout) and rows(layout), gold.name
+        assert {r["campaign_id"] for r in published(sandbox, gold.name)} == {"c-000"}
+        assert layout.table(f"gold/{gold.name}").version() == live_versions[gold.name]

@@ -229,7 +229,7 @@ def test_a_record_that_breaks_the_transforms_is_quarantined_and_the_batch_goes_o
     def parse_that_always_fails(self, bronze):
         return original(self, bronze).withColumn("event_id", F.raise_error(F.lit("storage is down")))
 
-    monkeypatch.setattr(base.Pipeline, "parse", parse_that_always_fails)
+    monkeypatch.setattr(base.Source, "parse", parse_that_always_fails)
     with pytest.raises(Exception, match="storage is down"):
         write_batch(spark, layout, valid_events(8, seed=10), batch_id=1, first_offset=100)
 
@@ -246,7 +246,7 @@ def test_a_pipeline_may_opt_into_lenient_parsing(spark) -> None:
     bronze = transforms.to_bronze(spark.createDataFrame(pa.Table.from_batches([kafka_batch(items)])))
     strict = RSVPS.source().parse(bronze).select("_error").toArrow().column(0).to_pylist()
     assert all(reason and reason.startswith("malformed JSON") for reason in strict), strict
-    lenient = dataclasses.replace(RSVPS, strict_json=False)
+    lenient = dataclasses.replace(RSVPS.source(), strict_json=False)
     parsed = lenient.parse(bronze).select("_error", "response").toArrow().to_pylist()
     assert [row["_error"] for row in parsed] == [None, None]
     assert parsed[1]["response"] == "no"  # Spark keeps the last of duplicate keys

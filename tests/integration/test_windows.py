@@ -99,9 +99,9 @@ def test_a_bounded_read_of_sessions_owns_whole_sessions_that_start_in_it(spark):
     )
     reads: list[Interval] = []
 
-    def read(feed: Interval) -> DataFrame:
+    def read(feed: Interval) -> tuple[DataFrame, ...]:  # one frame per input source
         reads.append(feed)
-        return all_views.where(Selection("viewed_at", feed).column())
+        return (all_views.where(Selection("viewed_at", feed).column()),)
 
     hour = Interval(ts("2026-11-21 10:00:00"), ts("2026-11-21 11:00:00"))
     closed = ts("2026-11-21 13:28:00")
