@@ -10,7 +10,7 @@ supervised streaming job per pipeline) in a temporary state folder and prints:
    process (with generator thread), each Airflow component's session (with the task processes it
    starts), each streaming job's session (JVM + Python driver + workers); peak and mean of the total.
 
-    .venv/bin/python benchmarks/bench_platform.py [--seconds 120] [--rate 500]
+    .venv/bin/python benchmarks/bench_platform.py [--seconds 120] [--rate 150]
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def wait(predicate, timeout_s: float, what: str) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=120.0, help="how long to sample memory once running")
-    parser.add_argument("--rate", type=float, default=500.0, help="generated events per second")
+    parser.add_argument("--rate", type=float, default=150.0, help="generated events per second, per pipeline")
     args = parser.parse_args()
 
     state = tempfile.mkdtemp(prefix="tidewater-bench-platform-")
@@ -68,7 +68,11 @@ def main() -> None:
         )
     pipelines = all_pipelines(settings)
     controls = {name: StreamControl(settings, name) for name in pipelines}
-    silvers = [PipelineLayout.of(settings, p).table("silver") for p in pipelines.values()]
+    silvers = [
+        PipelineLayout.of(settings, p).table(name)
+        for p in pipelines.values()
+        for name in PipelineLayout.of(settings, p).source_tables("silver")
+    ]
     samples: list[dict[str, int]] = []
     try:
         healthy = wait(lambda: "Airflow UI at" in log.read_text(), 300, "Airflow")

@@ -11,7 +11,8 @@ from tidewater.processes import StopOnSignal
 
 def register(sub: argparse._SubParsersAction) -> None:
     platform = sub.add_parser("platform", help="run broker, generator, Airflow and the streams until Ctrl-C")
-    platform.add_argument("--rate", type=float, default=500.0, help="generated events/s per pipeline (0: none)")
+    # 150/s to each of three pipelines is what a 2-core host starts reliably (README, bench_platform).
+    platform.add_argument("--rate", type=float, default=150.0, help="generated events/s per pipeline (0: none)")
     platform.add_argument("--seed", type=int, default=42)
     platform.add_argument("--report-seconds", type=float, default=10.0, help="how often to print table counts")
     platform.add_argument(
