@@ -71,7 +71,7 @@ def main() -> None:
     silvers = [
         PipelineLayout.of(settings, p).table(name)
         for p in pipelines.values()
-        for name in PipelineLayout.of(settings, p).source_tables("silver")
+        for name in PipelineLayout.of(settings, p).tier_tables("silver")
     ]
     samples: list[dict[str, int]] = []
     try:

@@ -101,7 +101,7 @@ def prepare(args: argparse.Namespace, settings: Settings) -> Callable[[SparkSess
     common: dict[str, Any] = {"run_id": run_id, "namespace": namespace}
 
     if args.batch_command == "recompute":
-        for name in layout.source_tables("bronze"):
+        for name in layout.tier_tables("bronze"):
             layout.table(name).open()  # LakePathError in one line if the namespace has no bronze
         layers = tuple(layer.strip() for layer in args.layers.split(",") if layer.strip())
         if not layers or any(layer not in recompute.LAYERS for layer in layers):
@@ -110,13 +110,13 @@ def prepare(args: argparse.Namespace, settings: Settings) -> Callable[[SparkSess
             spark, settings, pipeline, interval.start, interval.end, layers=layers, **common
         )
     if args.batch_command == "correct":
-        for name in layout.source_tables("silver"):
+        for name in layout.tier_tables("silver"):
             layout.table(name).open()
         return lambda spark: correct_late_data(spark, settings, pipeline, interval.start, interval.end, **common)
 
     assert request is not None, "replay is the one command left"
     if request.source == BRONZE:
-        for name in layout.source_tables("bronze"):
+        for name in layout.tier_tables("bronze"):
             layout.table(name).open()
     else:
         _check_topic(settings, pipeline)

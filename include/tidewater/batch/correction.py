@@ -65,7 +65,7 @@ def correct_late_data(
     ledger_version = None
     for gold in pipeline.gold:
         gold_closed, high = gold_closed_before(pipeline.inputs(gold), highs)
-        closed = gold_closed if closed is None or gold_closed is None else min(closed, gold_closed)
+        closed = min((c for c in (closed, gold_closed) if c is not None), default=None)
         outcome, version = _correct_gold(spark, layout, gold, interval, gold_closed, high, ledger, meta, run_id, at)
         tables[f"gold/{gold.name}"] = outcome
         ledger_version = version if version is not None else ledger_version

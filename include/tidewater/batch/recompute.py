@@ -220,7 +220,7 @@ def rebuild(spark: SparkSession, plan: Rebuild) -> BatchResult:
         for gold in pipeline.gold:
             inputs = pipeline.inputs(gold)
             gold_closed, high = gold_closed_before(inputs, highs)
-            closed = gold_closed if closed is None or gold_closed is None else min(closed, gold_closed)
+            closed = min((c for c in (closed, gold_closed) if c is not None), default=None)
             outcome, version = _rebuild_gold(spark, plan, gold, fed, gold_closed, high, ledger, meta, at)
             tables[f"gold/{gold.name}"] = outcome
             ledger_entries += outcome.ledger_entries

@@ -102,10 +102,10 @@ def interval_args(pipeline: str, start: Any, end: Any, run_id: str) -> list[str]
     interval = Interval.parse(start, end)  # one-line ConfigError for a bad or empty interval
     begin, finish = interval.start, interval.end
     layout = PipelineLayout.of(settings, get_pipeline(pipeline))
-    missing = [name for name in layout.source_tables("bronze") if not layout.table(name).exists()]
+    missing = [name for name in layout.tier_tables("bronze") if not layout.table(name).exists()]
     if missing:
         raise AirflowSkipException(f"no bronze table at {layout.table_uri(missing[0])} yet: nothing to recompute")
-    arrivals = [_first_arrival(layout.table(name)) for name in layout.source_tables("bronze")]
+    arrivals = [_first_arrival(layout.table(name)) for name in layout.tier_tables("bronze")]
     files = sum(n for n, _ in arrivals)
     known = [t for _, t in arrivals if t is not None]
     first = min(known) if len(known) == len(arrivals) else None
@@ -179,7 +179,7 @@ def correction_args(pipeline: str, params: Mapping[str, Any], end: Any, run_id: 
 
     settings = Settings.from_env()
     layout = PipelineLayout.of(settings, get_pipeline(pipeline))
-    for name in layout.source_tables("silver"):
+    for name in layout.tier_tables("silver"):
         if not layout.table(name).exists():  # its stream has not committed yet (a new pipeline)
             raise AirflowSkipException(f"no silver table at {layout.table_uri(name)} yet: nothing to correct")
     if params.get("start") or params.get("end"):
@@ -244,7 +244,7 @@ def gold_gate(pipeline: str, dag_id: str, run_id: str, audit_task_id: str) -> di
     layout = PipelineLayout.of(settings, get_pipeline(pipeline))
     uri = layout.audit_uri()
     rows: list[dict[str, Any]] = []
-    if all(layout.table(name).exists() for name in layout.source_tables("bronze")):
+    if all(layout.table(name).exists() for name in layout.tier_tables("bronze")):
         try:
             table = DeltaTable(uri, storage_options=storage_options(uri))
             rows = [

@@ -40,7 +40,7 @@ class PipelineLayout:
         sources = (name for _, _, name in self.pipeline.source_tables())
         return (*sources, *(f"gold/{g.name}" for g in self.pipeline.gold))
 
-    def source_tables(self, tier: str) -> tuple[str, ...]:
+    def tier_tables(self, tier: str) -> tuple[str, ...]:
         """The ``tier`` table (bronze, silver, quarantine, conflicts) of every source, by name."""
         return tuple(self.pipeline.table_of(source, tier) for source in self.pipeline.sources)
 

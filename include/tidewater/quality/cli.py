@@ -66,7 +66,7 @@ def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     )
     check_lake_root(settings.lake_uri)
     layout = PipelineLayout.of(settings, pipeline, args.namespace)
-    for name in layout.source_tables("bronze" if request.needs_bronze else "silver"):
+    for name in layout.tier_tables("bronze" if request.needs_bronze else "silver"):
         layout.table(name).open()  # one line if missing
     for layer in suites.layers_of(pipeline):
         suites.load_suite(pipeline, layer)  # stale or missing suites fail before a JVM starts
