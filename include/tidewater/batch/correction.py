@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 from tidewater.batch import sources
 from tidewater.batch.gold_diff import plan_correction
 from tidewater.batch.interval import Interval
-from tidewater.batch.lateness import late_events
+from tidewater.batch.lateness import late_events_of
 from tidewater.batch.ledger import Ledger, entries_for
 from tidewater.batch.predicates import Selection
 from tidewater.batch.result import BatchResult, TableOutcome
@@ -33,7 +33,7 @@ from tidewater.config import Settings
 from tidewater.lake.tables import CommitResult
 from tidewater.pipelines.base import FINAL, GoldTable, Pipeline
 from tidewater.pipelines.layout import PipelineLayout
-from tidewater.times import iso, parse_duration
+from tidewater.times import iso
 
 MODE = "correction"
 
@@ -54,7 +54,7 @@ def correct_late_data(
     run_id = check_run_id(run_id)
     layout = PipelineLayout.of(settings, pipeline, namespace)
     for source in pipeline.sources:
-        layout.table(pipeline.table_of(source, "silver")).open()  # no silver, nothing to correct from: one line
+        layout.source_table(source, "silver").open()  # no silver, nothing to correct from: one line
     highs = sources.silver_highs(spark, layout)
     ensure_tables(spark, layout, [f"gold/{g.name}" for g in pipeline.gold])
     closed = None
@@ -102,7 +102,6 @@ def _correct_gold(
     if closed is None:  # silver is empty: no window is closed
         return TableOutcome.of(CommitResult(False, table.version())), None
     windows = Selection(gold.span[0], interval)
-    inputs = pipeline.inputs(gold)
     read = sources.input_reader(spark, layout, gold)
 
     # Held from the silver read until the commit: a stream commit to this table in between would make
@@ -119,10 +118,7 @@ def _correct_gold(
         version = None
         entries = []
         if plan.changes:
-            driving = inputs[0]  # late events are counted on the side whose events own the rows
-            late = late_events(
-                spark, events[0], plan.changes, time_column=driving.event_time, delay=parse_duration(driving.watermark)
-            )
+            late = late_events_of(spark, pipeline, gold, events, plan.changes)
             entries = entries_for(name, plan.changes, late, run_id=run_id, mode=MODE, at=at)
             recorded = ledger.record(spark, entries, metadata=meta)
             version = None if recorded is None else recorded.version

@@ -22,8 +22,24 @@ from pyspark.sql.types import StructField, StructType, TimestampType
 
 from tidewater.batch.gold_diff import RowChange
 from tidewater.batch.ledger import change_key
+from tidewater.pipelines.base import GoldTable, Pipeline
+from tidewater.times import parse_duration
 
 ARRIVAL_COLUMN = "kafka_timestamp"
+
+
+def late_events_of(
+    spark: SparkSession,
+    pipeline: Pipeline,
+    gold: GoldTable,
+    events: Sequence[DataFrame],
+    changes: Sequence[RowChange],
+) -> dict[tuple[Any, ...], int]:
+    """:func:`late_events` of ``gold``'s changed rows, counted on its first input (``events``: the silver
+    each input fed it, in order): the side whose events own the rows (a join's left side)."""
+    driving = pipeline.inputs(gold)[0]
+    delay = parse_duration(driving.watermark)
+    return late_events(spark, events[0], changes, time_column=driving.event_time, delay=delay)
 
 
 def late_events(

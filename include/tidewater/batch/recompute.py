@@ -44,7 +44,7 @@ from pyspark.sql import DataFrame, SparkSession
 from tidewater.batch import sources
 from tidewater.batch.gold_diff import reconcile_recompute
 from tidewater.batch.interval import Interval
-from tidewater.batch.lateness import late_events
+from tidewater.batch.lateness import late_events_of
 from tidewater.batch.ledger import Ledger, entries_for
 from tidewater.batch.predicates import Selection, coerce_entities
 from tidewater.batch.requests import BRONZE, KAFKA, SANDBOX, ReplayRequest
@@ -213,7 +213,11 @@ def rebuild(spark: SparkSession, plan: Rebuild) -> BatchResult:
                 tables[name], fed[source.name] = _rebuild_silver(spark, plan, source, meta)
         if not writes_gold:
             return _result(plan, tables, closed, 0, None, began)
-        highs = {s.name: _high(spark, plan, s, fed.get(s.name)) for s in pipeline.sources}
+        # What Spark's watermarks would follow: the latest event time the target or the source has seen.
+        highs = sources.silver_highs(spark, target)
+        for source_name, frame in fed.items():
+            seen = (highs[source_name], sources.max_of(frame, pipeline.source(source_name).event_time))
+            highs[source_name] = max((h for h in seen if h is not None), default=None)
         ledger = Ledger(target.ledger_uri(), lock=target.ledger_lock())
         at = dt.datetime.now(dt.UTC)
         ledger_entries, ledger_version = 0, None
@@ -255,17 +259,6 @@ def _rebuild_silver(
     return TableOutcome.of(result), rows
 
 
-def _high(spark: SparkSession, plan: Rebuild, source: Source, fed: DataFrame | None) -> dt.datetime | None:
-    """What Spark's watermark of ``source`` would follow: the latest event time the source or the target has seen."""
-    silver = plan.target.table(plan.pipeline.table_of(source, SILVER))
-    highs = [
-        sources.max_of(fed, source.event_time) if fed is not None else None,
-        sources.max_event_time(spark, silver, source.event_time) if silver.exists() else None,
-    ]
-    known = [h for h in highs if h is not None]
-    return max(known) if known else None
-
-
 def _result(
     plan: Rebuild,
     tables: dict[str, TableOutcome],
@@ -300,7 +293,7 @@ def _source_silver(spark: SparkSession, plan: Rebuild, source: Source, held: Dat
     if plan.source == KAFKA:
         bronze = sources.kafka_since(spark, plan.source_layout.settings, source, since)
     else:
-        bronze = sources.bronze_since(spark, plan.source_layout.table(pipeline.table_of(source, "bronze")), since)
+        bronze = sources.bronze_since(spark, plan.source_layout.source_table(source, "bronze"), since)
     return source.silver_from_bronze(bronze, kept=held)
 
 
@@ -312,7 +305,7 @@ def _held_in_silver(spark: SparkSession, plan: Rebuild, source: Source) -> DataF
     choices: the copy silver holds wins (:func:`tidewater.transforms.first_per_key`), and a key silver
     holds outside the interval is not re-added from a copy inside it.
     """
-    silver = plan.source_layout.table(plan.pipeline.table_of(source, SILVER))
+    silver = plan.source_layout.source_table(source, SILVER)
     if not silver.exists():
         return None
     columns = (source.key, "kafka_topic", "kafka_partition", "kafka_offset", source.event_time)
@@ -356,14 +349,7 @@ def _rebuild_gold(
         entries = []
         version = None
         if reconciled.changes:
-            driving = inputs[0]  # late events are counted on the side whose events own the rows
-            late = late_events(
-                spark,
-                events[0],
-                reconciled.changes,
-                time_column=driving.event_time,
-                delay=parse_duration(driving.watermark),
-            )
+            late = late_events_of(spark, pipeline, gold, events, reconciled.changes)
             entries = entries_for(name, reconciled.changes, late, run_id=plan.run_id, mode=plan.mode, at=at)
             recorded = ledger.record(spark, entries, metadata=meta)
             version = None if recorded is None else recorded.version

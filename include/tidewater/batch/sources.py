@@ -77,7 +77,7 @@ def input_reader(
         return tuple(
             silver_for(
                 spark,
-                layout.table(pipeline.table_of(source, "silver")),
+                layout.source_table(source, "silver"),
                 source,
                 Selection(source.event_time, feed, entity_column, tuple(entities)),
             )
@@ -92,7 +92,7 @@ def silver_highs(spark: SparkSession, layout: PipelineLayout) -> dict[str, dt.da
     pipeline = layout.pipeline
     highs: dict[str, dt.datetime | None] = {}
     for source in pipeline.sources:
-        silver = layout.table(pipeline.table_of(source, "silver"))
+        silver = layout.source_table(source, "silver")
         highs[source.name] = max_event_time(spark, silver, source.event_time) if silver.exists() else None
     return highs
 

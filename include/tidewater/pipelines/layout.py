@@ -21,7 +21,7 @@ from tidewater.config import Settings, check_namespace
 from tidewater.lake.locks import TableLock
 from tidewater.lake.storage import join
 from tidewater.lake.tables import LakeTable
-from tidewater.pipelines.base import Pipeline
+from tidewater.pipelines.base import Pipeline, Source
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,10 @@ class PipelineLayout:
     def table_names(self) -> tuple[str, ...]:
         sources = (name for _, _, name in self.pipeline.source_tables())
         return (*sources, *(f"gold/{g.name}" for g in self.pipeline.gold))
+
+    def source_table(self, source: Source, tier: str) -> LakeTable:
+        """One source's ``tier`` table (bronze, silver, quarantine, conflicts)."""
+        return self.table(self.pipeline.table_of(source, tier))
 
     def tier_tables(self, tier: str) -> tuple[str, ...]:
         """The ``tier`` table (bronze, silver, quarantine, conflicts) of every source, by name."""

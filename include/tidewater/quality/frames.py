@@ -83,12 +83,11 @@ def read_interval(
 def _source_frames(
     spark: SparkSession, layout: PipelineLayout, source: Source, interval: Interval, *, bronze: bool, silver: bool
 ) -> SourceFrames:
-    pipeline = layout.pipeline
     nothing = spark.createDataFrame([], "x int")
     bronze_frame = records = silver_frame = nothing
     if bronze:  # a sandbox replay's namespace has no bronze: its audit checks silver and gold only
         since = interval.start - parse_duration(source.clock_skew_tolerance)
-        arrived = sources.bronze_since(spark, layout.table(pipeline.table_of(source, "bronze")), since)
+        arrived = sources.bronze_since(spark, layout.source_table(source, "bronze"), since)
         arrived = arrived.where(F.col("kafka_timestamp") < F.lit(interval.end)).where(
             F.col("kafka_timestamp") >= F.lit(interval.start)
         )
@@ -96,7 +95,7 @@ def _source_frames(
         records = _cache(with_leads(source, source.parse(bronze_frame)))
     if silver:
         selection = Selection(source.event_time, interval, None, ())
-        table = layout.table(pipeline.table_of(source, "silver"))
+        table = layout.source_table(source, "silver")
         silver_frame = _cache(with_leads(source, sources.silver_for(spark, table, source, selection)))
     return SourceFrames(source=source, bronze=bronze_frame, records=records, silver=silver_frame)
 
@@ -111,7 +110,7 @@ def with_leads(source: Source, frame: DataFrame) -> DataFrame:
 
 def quarantine_of(spark: SparkSession, layout: PipelineLayout, source: Source, interval: Interval) -> DataFrame | None:
     """Quarantine rows of ``source``'s records that arrived in the interval (None: no quarantine table yet)."""
-    table = layout.table(layout.pipeline.table_of(source, "quarantine"))
+    table = layout.source_table(source, "quarantine")
     if not table.exists():
         return None
     first = (interval.start - dt.timedelta(days=1)).date().isoformat()
@@ -126,7 +125,7 @@ def silver_of_records(
     spark: SparkSession, layout: PipelineLayout, source: Source, records: DataFrame
 ) -> DataFrame | None:
     """``source``'s silver rows in the event-date partitions the interval's valid records fall in."""
-    table = layout.table(layout.pipeline.table_of(source, "silver"))
+    table = layout.source_table(source, "silver")
     if not table.exists():
         return None
     dates = [

@@ -159,7 +159,7 @@ def _bronze_in_spans(
         part = (F.col("partition") == r["partition"]) & F.col("offset").between(r["lo"], r["hi"])
         cond = part if cond is None else cond | part
     since = interval.start - (interval.end - interval.start) - dt.timedelta(days=1)
-    bronze = sources.bronze_since(spark, layout.table(layout.pipeline.table_of(source, "bronze")), since).where(cond)
+    bronze = sources.bronze_since(spark, layout.source_table(source, "bronze"), since).where(cond)
     row = bronze.agg(
         F.count(F.lit(1)).alias("rows"), F.countDistinct("partition", "offset").alias("distinct")
     ).collect()[0]

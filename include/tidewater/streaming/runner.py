@@ -199,7 +199,7 @@ class PipelineStreams:
             transforms.watermark_safe(
                 self.spark.readStream.format("tidewater-delta")
                 .option("skipChangeCommits", "true")
-                .load(self.layout.table_uri(self.pipeline.table_of(source, "silver"))),
+                .load(self.layout.source_table(source, "silver").uri),
                 source.event_time,
                 source.max_event_lead,
                 # one observed metric per input: Spark needs their names unique within a query
