@@ -54,12 +54,16 @@ def css_all(driver: Any, selector: str) -> list[Any]:
 def navigate(driver: Any, element: Any, timeout_s: float = WAIT_S) -> None:
     """Click a link or submit button and wait until the browser has left the current page (else a
     wait for an element could find the old page's copy of it)."""
-    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    old = css(driver, "html")
+    # A marker on the old page's window, not a reference to its <html>: Chrome may answer a query
+    # on an element of a page being unloaded with a generic error instead of "stale" (seen in CI).
+    driver.execute_script("window.__tidewaterOldPage = true")
     element.click()
-    WebDriverWait(driver, timeout_s).until(ec.staleness_of(old))
+    WebDriverWait(driver, timeout_s, ignored_exceptions=(WebDriverException,)).until(
+        lambda d: d.execute_script("return !window.__tidewaterOldPage && document.readyState !== 'loading'")
+    )
 
 
 def sign_in(driver: Any, server: UiServer, next_path: str) -> None:
