@@ -15,6 +15,9 @@ Options (all strings, as Spark passes them):
   maxOffsetsPerTrigger      row cap per micro-batch (ignored by Trigger.AvailableNow's final target)
   failOnDataLoss            true (default): fail when offsets the query needs are gone
   maxRecordsPerPartition    split large offset ranges into Spark partitions of at most this size
+  resumeFrom                checkpoint (default) | latest: a query resumed from a checkpoint starts at
+                            the topics' latest offsets, skipping (and logging) what it did not read;
+                            at-most-once delivery (see tidewater.pipelines.base.Delivery)
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ class KafkaSourceOptions:
     max_offsets_per_trigger: int | None
     fail_on_data_loss: bool
     max_records_per_partition: int
+    resume_from_latest: bool = False
 
     @classmethod
     def parse(cls, options: Any) -> KafkaSourceOptions:
@@ -77,6 +81,9 @@ class KafkaSourceOptions:
             timestamp = int(opts["startingtimestamp"]) if opts.get("startingtimestamp") else None
             max_offsets = int(opts["maxoffsetspertrigger"]) if opts.get("maxoffsetspertrigger") else None
             per_partition = int(opts.get("maxrecordsperpartition", "500000"))
+            resume = opts.get("resumefrom", "checkpoint").lower()
+            if resume not in ("checkpoint", "latest"):
+                raise ConfigError(f"tidewater-kafka: resumeFrom={resume!r} must be checkpoint or latest")
         except ValueError as exc:
             raise ConfigError(f"tidewater-kafka: a numeric option is not a number ({exc})") from None
         return cls(
@@ -89,6 +96,7 @@ class KafkaSourceOptions:
             max_offsets_per_trigger=max_offsets,
             fail_on_data_loss=opts.get("failondataloss", "true").lower() != "false",
             max_records_per_partition=max(1, per_partition),
+            resume_from_latest=resume == "latest",
         )
 
 
@@ -290,14 +298,43 @@ def cap_offsets(start: Offsets, end: Offsets, max_rows: int) -> Offsets:
     return capped
 
 
+def floor_offsets(start: Offsets, floor: Offsets) -> tuple[Offsets, dict[str, int]]:
+    """(``start`` raised to ``floor`` per partition, records skipped per "topic/partition")."""
+    raised: Offsets = {}
+    skipped: dict[str, int] = {}
+    for topic, parts in start.items():
+        raised[topic] = {}
+        for p, offset in parts.items():
+            lowest = floor.get(topic, {}).get(p, offset)
+            raised[topic][p] = max(offset, lowest)
+            if lowest > offset:
+                skipped[f"{topic}/{p}"] = lowest - offset
+    return raised, skipped
+
+
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """The streaming reader. Spark calls :meth:`initialOffset` only for a query without a checkpoint;
+    a reader that plans a batch without that call is resuming one, which is what ``resumeFrom=latest``
+    (at-most-once) keys on: the first batch it plans starts no earlier than the offsets that were
+    latest at that moment, including the batch Spark re-runs after a crash."""
+
     def __init__(self, options: KafkaSourceOptions) -> None:
         self.options = options
         self.planner = _KafkaPlanner(options, retry_seconds=BROKER_RETRY_SECONDS)
         self._target: Offsets | None = None
+        self._fresh = False  # initialOffset was called: this run starts a new checkpoint
+        self._floor: Offsets | None = None  # resumeFrom=latest: where this run's reading begins
 
     def initialOffset(self) -> dict:
+        self._fresh = True
         return self.planner.starting_offsets()
+
+    def _resume_floor(self) -> Offsets | None:
+        if not self.options.resume_from_latest or self._fresh:
+            return None
+        if self._floor is None:
+            self._floor = self.planner.end_offsets()
+        return self._floor
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_offsets_per_trigger:
@@ -308,6 +345,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = self.planner.end_offsets()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        self._resume_floor()  # fixed before the end offsets below, so the floor never passes a batch's end
         latest = self.planner.end_offsets()
         # Partitions that appeared since the last batch start at their earliest offset.
         earliest = None
@@ -331,6 +369,17 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self.planner.end_offsets()
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        floor = self._resume_floor()
+        if floor is not None:
+            start, skipped = floor_offsets(start, floor)
+            start = {t: {p: min(o, end.get(t, {}).get(p, o)) for p, o in parts.items()} for t, parts in start.items()}
+            if skipped:
+                total = sum(skipped.values())
+                log.warning(
+                    "resumeFrom=latest: %d record(s) skipped, never to be processed (at-most-once): %s",
+                    total,
+                    ", ".join(f"{tp}: {n}" for tp, n in sorted(skipped.items())),
+                )
         return self.planner.split(start, end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

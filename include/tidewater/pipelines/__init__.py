@@ -17,6 +17,7 @@ from types import ModuleType
 from tidewater.config import Settings
 from tidewater.errors import ConfigError, PipelineError
 from tidewater.pipelines.base import (
+    Delivery,
     GoldTable,
     Pipeline,
     Projection,
@@ -27,6 +28,7 @@ from tidewater.pipelines.base import (
 )
 
 __all__ = [
+    "Delivery",
     "GoldTable",
     "Pipeline",
     "Projection",

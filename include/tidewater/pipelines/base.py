@@ -9,9 +9,11 @@ recomputes, replays, corrections, audits, checkpoints, DAGs) is derived from it.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import ClassVar
 
 import pyarrow as pa
@@ -37,6 +39,40 @@ PROVISIONAL = "provisional"
 FINAL = "final"
 STATUS_COLUMNS = ("status", "revision")  # revision: how many corrections changed the row (see the ledger)
 WINDOW_SPAN = ("window_start", "window_end")  # the event-time span of an aggregate's row
+
+
+class Delivery(StrEnum):
+    """The promise a pipeline makes about each Kafka record, and what keeps it (declared as
+    ``Pipeline(delivery=...)``; the reconciliation audit checks the promise and reports the other figure).
+
+    Every mode keeps the idempotent Delta commits (a re-run micro-batch is a no-op per table: they cost
+    one lookup per commit). What differs is where the record may be repeated or dropped:
+
+    * ``exactly_once`` (the default): the stream re-runs an unfinished micro-batch from its checkpoint's
+      offsets after a crash (nothing lost), the commits make the re-run a no-op (nothing written twice),
+      and silver keeps one row per business key (a producer's re-send is dropped and counted). Audit:
+      no loss and no duplicate.
+    * ``at_least_once``: as above, but silver keeps every copy: no key lookup on the hot path, so a
+      re-sent record is a second row (counted by the audit, and counted twice by aggregates). Audit:
+      no loss; duplicates reported.
+    * ``at_most_once``: a restarted stream resumes at the topics' latest offsets instead of its
+      checkpoint's (the Kafka source's ``resumeFrom=latest``): the micro-batch that was running and
+      whatever arrived while the job was down are skipped, never processed twice. Silver still keeps one
+      row per key. Audit: no duplicate; losses reported (offsets bronze never received, and records of
+      an interrupted batch that reached bronze but not silver).
+    """
+
+    EXACTLY_ONCE = "exactly_once"
+    AT_LEAST_ONCE = "at_least_once"
+    AT_MOST_ONCE = "at_most_once"
+
+    @property
+    def may_lose(self) -> bool:
+        return self is Delivery.AT_MOST_ONCE
+
+    @property
+    def may_repeat(self) -> bool:
+        return self is Delivery.AT_LEAST_ONCE
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -207,6 +243,9 @@ class Source:
     # reconciliation audit then reports the gaps (records lost upstream of Kafka). None: no such check.
     sequence: tuple[str, str] | None = None
     quality: Quality = field(default_factory=Quality)
+    # One silver row per key (False: every valid copy). Set by the pipeline from its delivery
+    # (at-least-once: False), so the stream and every batch rebuild agree; not declared per source.
+    deduplicate: bool = True
 
     @property
     def all_rules(self) -> tuple[transforms.Rule, ...]:
@@ -255,7 +294,10 @@ class Source:
         return transforms.quarantined_rows(parsed)
 
     def dedup(self, silver: DataFrame, *, kept: DataFrame | None = None) -> DataFrame:
-        """One row per key; ``kept`` (lineage of the rows silver holds) keeps the stream's choices."""
+        """One row per key; ``kept`` (lineage of the rows silver holds) keeps the stream's choices.
+        A source that does not de-duplicate (at-least-once delivery) keeps every copy."""
+        if not self.deduplicate:
+            return silver
         return transforms.first_per_key(silver, self.key, kept=kept)
 
     def silver_from_bronze(self, bronze: DataFrame, *, kept: DataFrame | None = None) -> DataFrame:
@@ -304,10 +346,20 @@ class Pipeline:
     # and, through ``SampleEvents.follow_ups``, the records of other sources they cause (an ad click
     # after its impression). None: the pipeline has no sample events.
     sample_events: SampleEvents | None = None
+    # What the pipeline promises about each record (see Delivery): exactly_once unless declared.
+    delivery: Delivery = Delivery.EXACTLY_ONCE
 
     def __post_init__(self) -> None:
         if not self.sources:
             raise PipelineError(f"pipeline {self.name}: declare at least one source")
+        try:
+            delivery = Delivery(self.delivery)
+        except ValueError:
+            choices = ", ".join(d.value for d in Delivery)
+            raise PipelineError(f"pipeline {self.name}: delivery {self.delivery!r} is not one of {choices}") from None
+        object.__setattr__(self, "delivery", delivery)
+        if delivery is Delivery.AT_LEAST_ONCE:
+            object.__setattr__(self, "sources", tuple(dataclasses.replace(s, deduplicate=False) for s in self.sources))
         names = [s.name for s in self.sources]
         topics = [s.topic for s in self.sources]
         if len(set(names)) < len(names) or len(set(topics)) < len(topics):

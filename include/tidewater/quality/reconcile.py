@@ -7,6 +7,12 @@
   (topic, partition, offset): kept in silver, or a re-send of an event silver holds from another
   record, or quarantined. What is none of these was lost between bronze and silver; a quarantine
   row without a rejected record (or a rejected record without its row) is counted too.
+* **the declared promise** (:class:`tidewater.pipelines.base.Delivery`): exactly-once fails on a loss
+  (an offset bronze never received, a valid record in neither silver nor the re-sends) and on a
+  duplicate (a Kafka record in bronze twice, a key twice in silver); at-least-once fails on a loss and
+  reports the copies silver kept (``duplicate_copies_kept``); at-most-once fails on a duplicate and
+  reports the losses (``lost_records``: offsets never read plus records of an interrupted batch that
+  reached bronze but not silver).
 * **sequence gaps** (only for a source that declares ``sequence=(producer, seq)``): per producer,
   sequence numbers missing between the lowest and highest of the interval's first copies: records
   lost upstream of Kafka (or unreadable ones: records whose producer/sequence did not parse cannot
@@ -35,7 +41,7 @@ _LINEAGE = ("kafka_topic", "kafka_partition", "kafka_offset")
 class Reconciliation:
     counts: dict[str, Any]
     failures: list[str] = field(default_factory=list)
-    checks: int = 3  # offsets, bronze = silver + duplicates + quarantine, stray rows (+ sequence gaps)
+    checks: int = 4  # offsets, bronze = silver + duplicates + quarantine, stray rows, the promise (+ sequence gaps)
 
     @property
     def success(self) -> bool:
@@ -59,7 +65,10 @@ def reconcile(
     counts["offset_span"] = span
     counts["bronze_rows_in_span"] = in_span["rows"]
     counts["bronze_distinct_offsets_in_span"] = in_span["distinct"]
-    if in_span["distinct"] != span:
+    delivery = layout.pipeline.delivery
+    counts["delivery"] = delivery.value
+    never_read = span - in_span["distinct"]
+    if never_read and not delivery.may_lose:
         failures.append(
             f"offsets: bronze holds {in_span['distinct']} of the {span} offsets Kafka assigned (records lost)"
         )
@@ -103,6 +112,13 @@ def reconcile(
         quarantine_rows_without_bronze=stray,
     )
     accounted = kept + dup + quarantined
+    copies = _copies_kept(silver, valid, source.key) if silver is not None else 0
+    counts["duplicate_copies_kept"] = copies
+    if copies and not delivery.may_repeat:
+        failures.append(f"{copies} rows of silver repeat a key its promise ({delivery.value}) keeps once")
+    if delivery.may_lose:
+        counts["lost_records"] = never_read + missing
+        accounted += missing  # reported, not a failure: the promise allows it
     if accounted != counts["bronze_rows"]:
         failures.append(
             f"bronze {counts['bronze_rows']} != silver {kept} + duplicates removed {dup} + quarantined {quarantined}"
@@ -112,11 +128,19 @@ def reconcile(
     if phantom or stray:
         failures.append(f"{phantom} silver and {stray} quarantine rows point at records bronze does not hold")
 
-    checks = 3
+    checks = 4
     if source.sequence is not None:
         checks += 1
         failures += _sequence_gaps(records, resent, source.sequence, counts)
     return Reconciliation(counts=counts, failures=failures, checks=checks)
+
+
+def _copies_kept(silver: DataFrame, valid: DataFrame, key: str) -> int:
+    """Silver rows beyond the first of each key the interval's valid records carry."""
+    keys = valid.select(key).distinct()
+    per_key = silver.join(keys, on=key, how="left_semi").groupBy(key).count()
+    row = per_key.agg(F.sum(F.col("count") - 1).alias("extra")).collect()[0]
+    return int(row["extra"] or 0)
 
 
 def _sequence_gaps(

@@ -162,16 +162,20 @@ def _records(source: Source) -> list[Expectation]:
         {**e, "kwargs": {**e["kwargs"], "mostly": mostly}, "meta": {**e["meta"], **tolerated}}
         for e in _contract(source)
     ]
-    # Every copy of a re-sent event counts as unexpected, hence twice the tolerated share of re-sends.
-    out.append(
-        expectation(
-            "expect_column_values_to_be_unique",
-            column=source.key,
-            mostly=round(1.0 - 2 * quality.tolerated_duplicate_fraction, 6),
-            meta={"notes": f"tolerates {quality.tolerated_duplicate_fraction:.2%} of records being re-sends"},
-        )
-    )
+    out.append(_tolerated_resends(source))
     return out
+
+
+def _tolerated_resends(source: Source) -> Expectation:
+    """The key unique but for the re-sends the source tolerates. Every copy of a re-sent event counts as
+    unexpected, hence twice the tolerated share of re-sends."""
+    share = source.quality.tolerated_duplicate_fraction
+    return expectation(
+        "expect_column_values_to_be_unique",
+        column=source.key,
+        mostly=round(1.0 - 2 * share, 6),
+        meta={"notes": f"tolerates {share:.2%} of records being re-sends"},
+    )
 
 
 def _silver(source: Source) -> list[Expectation]:
@@ -179,7 +183,10 @@ def _silver(source: Source) -> list[Expectation]:
     low, high = source.quality.rows_per_hour
     return [
         *_contract(source),
-        expectation("expect_column_values_to_be_unique", column=source.key),
+        # at-least-once silver keeps re-sent copies: held to the records' tolerance instead
+        expectation("expect_column_values_to_be_unique", column=source.key)
+        if source.deduplicate
+        else _tolerated_resends(source),
         *(expectation("expect_column_values_to_be_of_type", column=c, type_=t) for c, t in types.items()),
         expectation(
             "expect_table_row_count_to_be_between",

@@ -32,7 +32,7 @@ from tidewater.connectors.kafka_client import topic_partitions
 from tidewater.connectors.kafka_source import source_options
 from tidewater.errors import TidewaterError, one_line
 from tidewater.lake.tables import LakeTable, check_lake_root
-from tidewater.pipelines.base import Pipeline, Source
+from tidewater.pipelines.base import Delivery, Pipeline, Source
 from tidewater.pipelines.layout import PipelineLayout
 from tidewater.streaming.checkpoint import Checkpoint, claim
 from tidewater.streaming.progress import ProgressRecorder
@@ -164,11 +164,10 @@ class PipelineStreams:
         if tier.query == pipeline.query_of(source, "silver"):
             bronze = self.spark.readStream.format("tidewater-delta").load(tier.source)
             return bronze.writeStream.foreachBatch(silver_writer())
-        kafka = (
-            self.spark.readStream.format("tidewater-kafka")
-            .options(**source_options(self.settings, self.topic(source)))
-            .load()
-        )
+        options = source_options(self.settings, self.topic(source))
+        if pipeline.delivery is Delivery.AT_MOST_ONCE:  # a resumed query never re-reads: see Delivery
+            options["resumeFrom"] = "latest"
+        kafka = self.spark.readStream.format("tidewater-kafka").options(**options).load()
         if self.settings.silver_query:  # decoupled tiers: silver polls the bronze table itself
             return (
                 transforms.to_bronze(kafka)

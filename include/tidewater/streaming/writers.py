@@ -30,7 +30,8 @@ class SilverWriter:
     """Bronze rows -> silver (valid, one row per key) + quarantine (invalid, with the reason) + conflicts.
 
     Parsing and validation are the pipeline's pure Spark transforms; their results (one micro-batch:
-    small) go to the driver. There the batch's valid rows meet the silver rows that already hold
+    small) go to the driver. There (unless the source keeps every copy: at-least-once delivery, where
+    valid rows are appended as they are) the batch's valid rows meet the silver rows that already hold
     their keys (:meth:`LakeTable.lookup`, under silver's lock), and :func:`tidewater.dedup.resolve`
     decides: silver gains the first copy of each new key (an append), a copy that differs from the
     kept one goes to ``conflicts`` with both versions, an identical copy is counted. Events behind a
@@ -62,7 +63,9 @@ class SilverWriter:
         self.locks = locks or {}
 
     def __call__(self, bronze_batch: DataFrame, batch_id: int) -> None:
-        tables = {"silver": self.silver, "quarantine": self.quarantine, "conflicts": self.conflicts}
+        tables = {"silver": self.silver, "quarantine": self.quarantine}
+        if self.source.deduplicate:  # conflicts come from the key lookup
+            tables["conflicts"] = self.conflicts
         done = {name: table.already_committed(self.app_id, batch_id) for name, table in tables.items()}
         if all(done.values()):
             log.info("%s batch %s already committed: skipped", self.query, batch_id)
@@ -73,7 +76,11 @@ class SilverWriter:
         if not done["quarantine"]:
             with holding(self.locks.get("quarantine"), label):
                 self.quarantine.append_arrow(rejected, app_id=self.app_id, batch_id=batch_id, metadata=meta)
-        if not (done["silver"] and done["conflicts"]):
+        if not self.source.deduplicate:  # at-least-once: every valid copy, no key lookup
+            if not done["silver"]:
+                with holding(self.locks.get("silver"), label):
+                    self.silver.append_arrow(valid, app_id=self.app_id, batch_id=batch_id, metadata=meta)
+        elif not (done["silver"] and done["conflicts"]):
             key = self.source.key
             with holding(self.locks.get("silver"), label):
                 existing = self.silver.lookup(key, valid.column(key).combine_chunks())
