@@ -19,8 +19,10 @@ from tidewater.errors import ConfigError, PipelineError
 from tidewater.pipelines.base import (
     Delivery,
     GoldTable,
+    KeyedStateMachine,
     Pipeline,
     Projection,
+    Publish,
     SessionAggregate,
     Source,
     StreamJoin,
@@ -30,8 +32,10 @@ from tidewater.pipelines.base import (
 __all__ = [
     "Delivery",
     "GoldTable",
+    "KeyedStateMachine",
     "Pipeline",
     "Projection",
+    "Publish",
     "SessionAggregate",
     "Source",
     "StreamJoin",

@@ -75,6 +75,23 @@ class Delivery(StrEnum):
         return self is Delivery.AT_LEAST_ONCE
 
 
+@dataclass(frozen=True)
+class Publish:
+    """A gold table's rows also written to a Kafka topic, for consumers outside the lake.
+
+    Each micro-batch's rows go out in one Kafka transaction, with a marker on ``<topic>.batches``:
+    a consumer reading committed records sees each row once, across crashes and re-runs (see
+    :mod:`tidewater.connectors.kafka_publish`). Batch recomputes and corrections rewrite the Delta
+    table only: what consumers were told is not retracted."""
+
+    topic: str
+    key: str  # the column whose value is the record key (consumers of one key read in order)
+
+    @property
+    def control_topic(self) -> str:
+        return f"{self.topic}.batches"
+
+
 @dataclass(frozen=True, kw_only=True)
 class GoldTable:
     """A table derived from silver by a pure ``build`` and upserted on ``keys``: the kinds below.
@@ -100,6 +117,7 @@ class GoldTable:
     build: GoldBuilder  # silver of each input -> gold rows; pure, sets its own watermarks
     # The sources whose silver feeds ``build``, in order; empty: the pipeline's only source.
     inputs: tuple[str, ...] = ()
+    publish: Publish | None = None  # also write the stream's rows to a Kafka topic
 
     output_mode: ClassVar[str] = "update"
     grows_until_quiet: ClassVar[bool] = False
@@ -205,6 +223,35 @@ class Projection(GoldTable):
 
     def feed_margins(self) -> tuple[dt.timedelta, dt.timedelta]:
         return dt.timedelta(0), dt.timedelta(0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class KeyedStateMachine(GoldTable):
+    """What a per-key state machine outputs (fraud alerts per card, a machine gone silent): ``build``
+    runs :func:`tidewater.keyed_state.keyed_state_machine`, which folds one pure ``step`` over each
+    key's events in event-time order, on the stream (``transformWithStateInPandas``, RocksDB state,
+    event-time timers) and on a batch (``applyInPandas``) alike.
+
+    A row spans the instant of its ``time_column`` (the event that produced it) and is final once the
+    watermark passes it. The machine looks back at most ``horizon``, so a batch interval owns the rows
+    whose time lies in it and reads ``horizon`` before it. Spark emits them in append mode (the stream
+    folds an event once the watermark has passed it). A late event can change what later events
+    output (a burst now crosses the velocity limit one payment earlier): the correction writes the
+    rows that now exist and removes those that no longer do, with ledger entries.
+    """
+
+    time_column: str
+    horizon: str  # e.g. "24 hours": nothing older than this before an event changes its output
+
+    output_mode: ClassVar[str] = "append"
+    rows_merge: ClassVar[bool] = True
+
+    @property
+    def span(self) -> tuple[str, str]:
+        return self.time_column, self.time_column
+
+    def feed_margins(self) -> tuple[dt.timedelta, dt.timedelta]:
+        return parse_duration(self.horizon), dt.timedelta(0)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -335,7 +382,7 @@ class Pipeline:
     name: str
     description: str
     sources: tuple[Source, ...]
-    gold: tuple[GoldTable, ...] = ()  # WindowAggregate, SessionAggregate, StreamJoin, Projection
+    gold: tuple[GoldTable, ...] = ()  # WindowAggregate, SessionAggregate, StreamJoin, Projection, KeyedStateMachine
     # The column a replay may be restricted to (e.g. one venue): every source's silver and every gold
     # table that a restricted replay rewrites carries it.
     entity_column: str | None = None

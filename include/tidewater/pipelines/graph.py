@@ -9,7 +9,15 @@ from __future__ import annotations
 
 import datetime as dt
 
-from tidewater.pipelines.base import GoldTable, Pipeline, Projection, SessionAggregate, StreamJoin, WindowAggregate
+from tidewater.pipelines.base import (
+    GoldTable,
+    KeyedStateMachine,
+    Pipeline,
+    Projection,
+    SessionAggregate,
+    StreamJoin,
+    WindowAggregate,
+)
 from tidewater.times import parse_duration
 
 
@@ -21,6 +29,8 @@ def kind_of(gold: GoldTable) -> str:
         return f"session gap {gold.gap}"
     if isinstance(gold, Projection):
         return "projection"
+    if isinstance(gold, KeyedStateMachine):
+        return f"state machine per key, horizon {gold.horizon}"
     if isinstance(gold, StreamJoin):
         if parse_duration(gold.lookback):
             return f"join from {gold.lookback} before to {gold.bound} after"
@@ -59,6 +69,8 @@ def describe(pipeline: Pipeline) -> list[str]:
             f"stream {gold.output_mode}; batch reads {_duration(before)} before / {_duration(after)} after the interval"
             + (" (widened while rows grow)" if gold.grows_until_quiet else "")
         )
+        if gold.publish is not None:
+            lines.append(f"        kafka topic {gold.publish.topic}: the stream's rows, keyed by {gold.publish.key}")
     return lines
 
 
@@ -81,4 +93,6 @@ def mermaid(pipeline: Pipeline) -> str:
         for source in pipeline.inputs(gold):
             n = f"{p}_{source.name}" if len(pipeline.sources) > 1 else p
             lines.append(f'  {n}_silver -- "{kind_of(gold)}" --> {node}')
+        if gold.publish is not None:
+            lines.append(f'  {node} --> {node}_out[("kafka: {gold.publish.topic}")]')
     return "\n".join(lines)

@@ -28,11 +28,13 @@ from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from tidewater import transforms
 from tidewater.config import Settings
-from tidewater.connectors.kafka_client import topic_partitions
+from tidewater.connectors.kafka_client import kafka_python_config, topic_partitions
+from tidewater.connectors.kafka_publish import BatchPublisher
 from tidewater.connectors.kafka_source import source_options
 from tidewater.errors import TidewaterError, one_line
+from tidewater.generator.producer import ensure_topic
 from tidewater.lake.tables import LakeTable, check_lake_root
-from tidewater.pipelines.base import Delivery, Pipeline, Source
+from tidewater.pipelines.base import Delivery, GoldTable, Pipeline, Source
 from tidewater.pipelines.layout import PipelineLayout
 from tidewater.streaming.checkpoint import Checkpoint, claim
 from tidewater.streaming.progress import ProgressRecorder
@@ -61,6 +63,7 @@ class PipelineStreams:
         self.layout = PipelineLayout.of(settings, pipeline, namespace)
         self.checkpoints: dict[str, Checkpoint] = {}
         self.queries: dict[str, StreamingQuery] = {}
+        self._publishers: list[BatchPublisher] = []
         self._listener: ProgressRecorder | None = None
 
     # ---- set-up -----------------------------------------------------------------------------------
@@ -216,9 +219,29 @@ class PipelineStreams:
                     app_id=checkpoint.app_id,
                     query=name,
                     lock=self.layout.lock(f"gold/{gold.name}"),
+                    publisher=self._publisher(gold, checkpoint.app_id),
                 )
             )
         )
+
+    def _publisher(self, gold: GoldTable, app_id: str) -> BatchPublisher | None:
+        """The Kafka publisher of a published gold table (its topics created if missing). Its
+        transactional id is the query's app id: a restarted job fences the one it replaces."""
+        if gold.publish is None:
+            return None
+        topic = self.settings.topic(gold.publish.topic)
+        control = self.settings.topic(gold.publish.control_topic)
+        ensure_topic(self.settings, topic, self.settings.kafka_topic_partitions)
+        ensure_topic(self.settings, control, 1)
+        publisher = BatchPublisher(
+            kafka_python_config(self.settings),
+            topic=topic,
+            control_topic=control,
+            transactional_id=f"tidewater.{app_id}",
+            app_id=app_id,
+        )
+        self._publishers.append(publisher)
+        return publisher
 
     def run_available_now(self, spark: SparkSession) -> None:
         """Process everything available now, tier by tier, then return."""
@@ -255,6 +278,9 @@ class PipelineStreams:
             except Exception as exc:  # stopping must not mask the original error
                 log.warning("stopping %s: %s", query.name, one_line(exc))
         self.queries.clear()
+        for publisher in self._publishers:
+            publisher.close()
+        self._publishers.clear()
 
     def close(self) -> None:
         self.stop()

@@ -17,11 +17,12 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 
 from tidewater import dedup, faults
+from tidewater.connectors.kafka_publish import BatchPublisher, rows_to_records
 from tidewater.errors import TidewaterError, one_line
 from tidewater.lake import writes
 from tidewater.lake.locks import TableLock, holding
 from tidewater.lake.tables import LakeTable
-from tidewater.pipelines.base import GoldTable, Source
+from tidewater.pipelines.base import STATUS_COLUMNS, GoldTable, Source
 
 log = logging.getLogger(__name__)
 
@@ -224,27 +225,49 @@ class BronzeSilverWriter:
 
 class GoldWriter:
     """Gold rows the stream emits -> MERGE on the table's keys: the windows a micro-batch updated
-    (update mode), or the sessions it closed (append mode; a batch recompute may have written a
-    provisional copy of one already)."""
+    (update mode), or the rows it closed (append mode; a batch recompute may have written a
+    provisional copy of one already).
 
-    def __init__(self, gold: GoldTable, *, table: LakeTable, app_id: str, query: str, lock: TableLock | None = None):
+    A published table (``GoldTable.publish``) also sends the batch's rows to Kafka, after the Delta
+    commit: the plan runs once (its rows collected), the MERGE is skipped if the table holds the batch,
+    and the publisher skips a batch its topic already holds; so a crash at any point (before the
+    Delta commit, between it and the Kafka transaction, after both but before Spark's checkpoint)
+    ends with the batch's rows once in the table and once in the topic."""
+
+    def __init__(
+        self,
+        gold: GoldTable,
+        *,
+        table: LakeTable,
+        app_id: str,
+        query: str,
+        lock: TableLock | None = None,
+        publisher: BatchPublisher | None = None,
+    ):
         self.gold = gold
         self.table = table
         self.app_id = app_id
         self.query = query
         self.lock = lock
+        self.publisher = publisher
 
     def __call__(self, updates: DataFrame, batch_id: int) -> None:
         meta = {"tidewater.query": self.query, "tidewater.batch_id": batch_id}
+        # A row the stream updates is provisional again; its correction count stays.
+        options = {"keys": self.gold.keys, "keep": ("revision",), "app_id": self.app_id, "batch_id": batch_id}
+        if self.publisher is None:
+            with holding(self.lock, f"{self.query} batch {batch_id}"):
+                writes.merge(updates, self.table, metadata=meta, **options)
+            faults.after_commit(self.query, batch_id)
+            return
+        rows = updates.toArrow()  # one run of the plan: its state commits once, whatever is skipped below
         with holding(self.lock, f"{self.query} batch {batch_id}"):
-            # A window the stream still updates is provisional again; its correction count stays.
-            writes.merge(
-                updates,
-                self.table,
-                keys=self.gold.keys,
-                keep=("revision",),
-                app_id=self.app_id,
-                batch_id=batch_id,
-                metadata=meta,
-            )
+            if not self.table.already_committed(self.app_id, batch_id):
+                self.table.merge(rows, metadata=meta, **options)
         faults.after_commit(self.query, batch_id)
+        assert self.gold.publish is not None
+        published = rows_to_records(rows.drop_columns(list(STATUS_COLUMNS)), key=self.gold.publish.key)
+        self.publisher.publish(
+            batch_id, published, before_commit=lambda: faults.before_publish_commit(self.query, batch_id)
+        )
+        faults.after_publish(self.query, batch_id)

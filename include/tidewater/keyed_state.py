@@ -1,0 +1,188 @@
+"""Per-key state machines: one pure ``step`` function, run by the stream and by the batch alike.
+
+A machine is declared as :class:`KeyedMachine`: ``step(state, event) -> (state, outputs)``, pure
+Python over plain values (the state is anything JSON can hold; times are epoch milliseconds). The
+platform folds it over each key's events **in event-time order** (ties broken by an id column):
+
+* on a stream, :func:`keyed_state_machine` runs ``transformWithStateInPandas`` (event-time mode,
+  RocksDB state store: see :mod:`tidewater.spark`). Incoming events are buffered in the key's list
+  state and an event-time timer is set just after each; when the watermark passes an event (its
+  timer fires) the events it passed are folded in order, the machine's state is saved and its outputs
+  are emitted (append mode). The watermark delay is the price of determinism: an event is never
+  folded before every event that precedes it could have arrived;
+* on a batch (a recompute, a replay, a correction), the same fold runs in ``applyInPandas`` over each
+  key's events sorted the same way, from no state.
+
+So both give the same outputs for the same events. An event that arrives after the watermark passed
+it (late) cannot be folded in order any more: Spark drops it before the processor sees it (and the
+processor drops one older than what it already folded); it stays in silver, and the batch recompute
+and the late-data correction fold it where it belongs. A machine whose rules look back at most a
+fixed ``horizon`` (its state keeps nothing older) gives the same outputs from any read that starts
+``horizon`` before them, which is what lets a batch rebuild an interval without all of history.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+from pyspark.sql import DataFrame
+from pyspark.sql.streaming.stateful_processor import (
+    ExpiredTimerInfo,
+    StatefulProcessor,
+    StatefulProcessorHandle,
+    TimerValues,
+)
+from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
+
+Event = dict[str, Any]
+Output = dict[str, Any]
+Step = Callable[[Any, Event], tuple[Any, list[Output]]]
+
+_STATE = StructType([StructField("json", StringType())])
+_PENDING = StructType(
+    [StructField("at_ms", LongType()), StructField("order", StringType()), StructField("event", StringType())]
+)
+_FOLDED = StructType([StructField("before_ms", LongType())])
+
+
+@dataclass(frozen=True)
+class KeyedMachine:
+    """A per-key state machine: which event columns it reads, its pure ``step``, what it outputs."""
+
+    step: Step
+    event_columns: tuple[str, ...]  # silver columns an event carries into ``step``
+    time_column: str  # the event time (given to ``step`` as epoch ms, as is every timestamp column)
+    order_column: str  # breaks ties between events of one key at the same time (an event id)
+    output_schema: StructType  # the outputs' columns; timestamp columns come back from ``step`` as epoch ms
+
+
+def fold(machine: KeyedMachine, state: Any, events: Iterable[Event]) -> tuple[Any, list[Output]]:
+    """``step`` over ``events`` in (time, order) order: the one definition of running a machine."""
+    outputs: list[Output] = []
+    for event in sorted(events, key=lambda e: (e[machine.time_column], e[machine.order_column])):
+        state, produced = machine.step(state, event)
+        outputs += produced
+    return state, outputs
+
+
+def keyed_state_machine(events: DataFrame, *, machine: KeyedMachine, key: str, watermark: str) -> DataFrame:
+    """``machine`` folded over each ``key``'s events: its outputs as rows of ``machine.output_schema``.
+
+    Streaming input: ``transformWithStateInPandas`` with state and event-time timers; batch input:
+    ``applyInPandas`` from no state. Both fold with :func:`fold` (see the module docstring)."""
+    columns = list(dict.fromkeys([key, *machine.event_columns]))
+    selected = events.select(*columns)
+    if not events.isStreaming:
+        return selected.groupBy(key).applyInPandas(_batch_fold(machine), schema=machine.output_schema)
+    return (
+        selected.withWatermark(machine.time_column, watermark)
+        .groupBy(key)
+        .transformWithStateInPandas(
+            statefulProcessor=_Processor(machine),
+            outputStructType=machine.output_schema,
+            outputMode="Append",
+            timeMode="EventTime",
+        )
+    )
+
+
+# ---- conversions between pandas rows and the machine's plain values ---------------------------------
+
+
+def _ms(value: Any) -> int:
+    """A timestamp from pandas (naive UTC: the session time zone is UTC) as epoch milliseconds."""
+    return int(pd.Timestamp(value).value // 1_000_000)
+
+
+def _events(frame: pd.DataFrame, machine: KeyedMachine) -> list[Event]:
+    out: list[Event] = []
+    timestamps = {c for c in frame.columns if pd.api.types.is_datetime64_any_dtype(frame[c])}
+    for row in frame.to_dict("records"):
+        event = {c: (None if pd.isna(v) else _ms(v)) if c in timestamps else _plain(v) for c, v in row.items()}
+        if event.get(machine.time_column) is None:
+            continue  # silver never holds one; a machine cannot place it in time
+        out.append(event)
+    return out
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars -> Python values (JSON for the state, equality for the tests)."""
+    if value is None or (isinstance(value, float) and value != value):
+        return None
+    return value.item() if hasattr(value, "item") else value
+
+
+def _frame(outputs: Sequence[Output], schema: StructType) -> pd.DataFrame:
+    frame = pd.DataFrame(list(outputs), columns=schema.fieldNames())
+    for f in schema.fields:
+        if isinstance(f.dataType, TimestampType):
+            frame[f.name] = pd.to_datetime(frame[f.name], unit="ms")
+    return frame
+
+
+def _batch_fold(machine: KeyedMachine) -> Callable[[pd.DataFrame], pd.DataFrame]:
+    def run(frame: pd.DataFrame) -> pd.DataFrame:
+        _, outputs = fold(machine, None, _events(frame, machine))
+        return _frame(outputs, machine.output_schema)
+
+    return run
+
+
+class _Processor(StatefulProcessor):
+    """The stream's side of :func:`keyed_state_machine`: buffer, wait for the watermark, fold in order.
+
+    State per key: ``state`` (the machine's, as JSON), ``pending`` (events not yet passed by the
+    watermark) and ``folded`` (the watermark of the last fold: an event older than it arrived too late
+    to be folded in order, and is left to the batch correction)."""
+
+    def __init__(self, machine: KeyedMachine) -> None:
+        self.machine = machine
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.state = handle.getValueState("state", _STATE)
+        self.pending = handle.getListState("pending", _PENDING)
+        self.folded = handle.getValueState("folded", _FOLDED)
+
+    def handleInputRows(
+        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
+    ) -> Iterator[pd.DataFrame]:
+        before = self.folded.get()[0] if self.folded.exists() else None
+        buffered = []
+        for frame in rows:
+            for event in _events(frame, self.machine):
+                at = event[self.machine.time_column]
+                if before is not None and at < before:
+                    continue  # the watermark passed it before it came: the correction folds it
+                buffered.append((at, str(event[self.machine.order_column]), json.dumps(event)))
+        if buffered:
+            self.pending.appendList(buffered)
+            for at in {b[0] for b in buffered}:
+                self.handle.registerTimer(at + 1)  # fires once the watermark has passed ``at``
+        return iter(())
+
+    def handleExpiredTimer(
+        self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
+    ) -> Iterator[pd.DataFrame]:
+        watermark = timerValues.getCurrentWatermarkInMs()
+        pending = list(self.pending.get()) if self.pending.exists() else []
+        due = [json.loads(p[2]) for p in pending if p[0] < watermark]
+        if not due:
+            return iter(())
+        rest = [p for p in pending if p[0] >= watermark]
+        state = json.loads(self.state.get()[0]) if self.state.exists() else None
+        state, outputs = fold(self.machine, state, due)
+        self.state.update((json.dumps(state),))
+        self.folded.update((watermark,))
+        if rest:
+            self.pending.put(rest)
+        else:
+            self.pending.clear()
+        return iter([_frame(outputs, self.machine.output_schema)]) if outputs else iter(())
+
+    def close(self) -> None:
+        pass

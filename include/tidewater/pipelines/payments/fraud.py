@@ -1,0 +1,107 @@
+"""The fraud rules: one card's state machine, pure Python (no Spark, no I/O).
+
+:func:`step` takes the card's state and its next payment and returns the new state and the alerts
+that payment raises. The stream (a ``transformWithStateInPandas`` processor) and the batch recompute
+(``applyInPandas`` over the card's history) both fold it over the card's payments in event-time
+order (:mod:`tidewater.keyed_state`), so both raise the same alerts.
+
+Rules (each alert belongs to the payment that raises it):
+
+* ``velocity``: more than ``VELOCITY_COUNT`` payments of the card within ``VELOCITY_WINDOW`` (raised
+  by the payment that crosses the limit, again only after the count fell back to it);
+* ``amount_spike``: the amount is more than ``SPIKE_FACTOR`` times the mean of the card's payments of
+  the previous ``PROFILE_WINDOW`` (its running profile), given at least ``PROFILE_MIN_PAYMENTS`` of them;
+* ``impossible_travel``: a payment of the card in another country less than ``TRAVEL_WINDOW`` before.
+
+The state is the card's payments of the last ``HORIZON`` (the longest rule window), oldest first:
+nothing older can change an alert, so the state is evicted as time moves on and a batch recompute
+needs silver from ``HORIZON`` before the interval it rebuilds, no more.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql.types import DoubleType, StringType, StructField, StructType, TimestampType
+
+VELOCITY_COUNT = 5
+VELOCITY_WINDOW_MS = 10 * 60 * 1000
+SPIKE_FACTOR = 5.0
+PROFILE_WINDOW_MS = 24 * 60 * 60 * 1000
+PROFILE_MIN_PAYMENTS = 3
+TRAVEL_WINDOW_MS = 30 * 60 * 1000
+HORIZON = "24 hours"
+HORIZON_MS = max(VELOCITY_WINDOW_MS, PROFILE_WINDOW_MS, TRAVEL_WINDOW_MS)
+
+RULES = ("velocity", "amount_spike", "impossible_travel")
+
+# What the machine sees of a payment (silver columns; time as epoch ms).
+EVENT_COLUMNS = ("payment_id", "card_id", "paid_at", "amount", "currency", "country", "merchant_id")
+
+ALERT_SCHEMA = StructType(
+    [
+        StructField("alert_id", StringType()),
+        StructField("card_id", StringType()),
+        StructField("rule", StringType()),
+        StructField("payment_id", StringType()),
+        StructField("paid_at", TimestampType()),
+        StructField("amount", DoubleType()),
+        StructField("currency", StringType()),
+        StructField("country", StringType()),
+        StructField("merchant_id", StringType()),
+        StructField("detail", StringType()),
+    ]
+)
+
+State = dict[str, Any]
+Payment = dict[str, Any]  # EVENT_COLUMNS, ``paid_at`` as epoch milliseconds
+
+
+def step(state: State | None, payment: Payment) -> tuple[State, list[dict[str, Any]]]:
+    """The card's state after ``payment``, and the alerts it raises (``paid_at`` left in epoch ms).
+
+    Every rule looks back at most ``HORIZON`` (the velocity rule compares with the count at the
+    previous payment, whose window lies within twice its own length, well inside it)."""
+    now = int(payment["paid_at"])
+    recent = [p for p in (state or {}).get("recent", []) if p[0] > now - HORIZON_MS]
+    alerts: list[tuple[str, str]] = []
+
+    in_window = 1 + _count_since(recent, now - VELOCITY_WINDOW_MS)
+    if in_window > VELOCITY_COUNT:
+        previous = recent[-1][0]  # there is one: the count includes it
+        if _count_since(recent, previous - VELOCITY_WINDOW_MS) <= VELOCITY_COUNT:
+            alerts.append(("velocity", f"{in_window} payments within {VELOCITY_WINDOW_MS // 60000} minutes"))
+
+    profile = [amount for t, amount, _ in recent if t > now - PROFILE_WINDOW_MS]
+    if len(profile) >= PROFILE_MIN_PAYMENTS:
+        mean = sum(profile) / len(profile)
+        if payment["amount"] > SPIKE_FACTOR * mean:
+            alerts.append(("amount_spike", f"{payment['amount']:.2f} vs a mean of {mean:.2f} over {len(profile)}"))
+
+    elsewhere = [(t, c) for t, _, c in recent if t > now - TRAVEL_WINDOW_MS and c != payment["country"]]
+    if elsewhere:
+        t, country = elsewhere[-1]
+        alerts.append(("impossible_travel", f"{country} -> {payment['country']} in {(now - t) / 60000:.1f} minutes"))
+
+    recent.append([now, float(payment["amount"]), payment["country"]])
+    return {"recent": recent}, [_alert(payment, rule, detail) for rule, detail in alerts]
+
+
+def _count_since(recent: list[list[Any]], after_ms: int) -> int:
+    """Payments of ``recent`` (all processed so far, oldest first) later than ``after_ms``."""
+    return sum(1 for p in recent if p[0] > after_ms)
+
+
+def _alert(payment: Payment, rule: str, detail: str) -> dict[str, Any]:
+    return {
+        "alert_id": f"{payment['payment_id']}:{rule}",
+        "card_id": payment["card_id"],
+        "rule": rule,
+        "payment_id": payment["payment_id"],
+        "paid_at": payment["paid_at"],
+        "amount": payment["amount"],
+        "currency": payment["currency"],
+        "country": payment["country"],
+        "merchant_id": payment["merchant_id"],
+        "detail": detail,
+    }
