@@ -9,7 +9,6 @@ Python, independently of Spark.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import uuid
 from collections import Counter
