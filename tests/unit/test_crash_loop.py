@@ -140,8 +140,8 @@ def test_control_params_are_checked_in_one_line():
     assert parse_control_params({"pipeline": "rsvps", "action": "resume"}) == ("rsvps", "resume")
     cases = [
         (
-            {"pipeline": "payments", "action": "start"},
-            "unknown pipeline 'payments': known pipelines are ads, pageviews, rsvps",
+            {"pipeline": "billing", "action": "start"},
+            "unknown pipeline 'billing': known pipelines are ads, pageviews, payments, rsvps",
         ),
         ({"pipeline": "rsvps", "action": "reboot"}, "action 'reboot' is not one of start, stop, restart, resume"),
         ({"pipeline": "rsvps"}, "action is required: one of start, stop, restart, resume"),

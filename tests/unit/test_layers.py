@@ -41,7 +41,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     ("connectors", ("tidewater.connectors", "tidewater.spark")),
-    ("transforms, pipelines", ("tidewater.transforms", "tidewater.pipelines", "tidewater.generator")),
+    (
+        "transforms, pipelines",
+        ("tidewater.transforms", "tidewater.keyed_state", "tidewater.pipelines", "tidewater.generator"),
+    ),
     ("streaming, batch", ("tidewater.streaming", "tidewater.batch")),
     ("quality, query", ("tidewater.quality", "tidewater.query")),
     ("orchestration, ui", ("tidewater.orchestration", "tidewater.ui")),

@@ -82,5 +82,6 @@ def test_the_deployment_runs_the_pipelines_it_names(monkeypatch):
     monkeypatch.setenv("TIDEWATER_PIPELINES", "pageviews")
     assert list(all_pipelines()) == ["pageviews"]
     monkeypatch.setenv("TIDEWATER_PIPELINES", "pageviews, nope")
-    with pytest.raises(ConfigError, match=r"TIDEWATER_PIPELINES=.*nope not declared; declared: ads, pageviews, rsvps"):
+    declared = ", ".join(sorted(all_pipelines(Settings(pipelines=""))))
+    with pytest.raises(ConfigError, match=rf"TIDEWATER_PIPELINES=.*nope not declared; declared: {declared}$"):
         all_pipelines()
