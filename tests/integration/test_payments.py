@@ -5,11 +5,24 @@ pipeline's own sample events (compromised cards in bursts from changing countrie
 with re-sends, out-of-order and malformed records. The expected alerts are computed here by folding
 the pure rules (:func:`tidewater.pipelines.payments.fraud.step`) over the generated payments in plain
 Python, independently of Spark.
+
+The job is killed with SIGKILL six times: by fault injection between the alerts' Delta commit and their
+Kafka transaction, while the alerts are produced (records on the broker, transaction not committed),
+after the Kafka commit but before Spark's checkpoint commit, and three times at random moments while
+payments keep arriving. A final Trigger.AvailableNow run drains the rest. Then no payment is lost or
+doubled, every alert is in the table once and in the topic once for a committed reader, and the
+stream's per-card state equals a from-scratch fold of the payments it passed.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import random
+import signal
+import subprocess
+import threading
+import time
 import uuid
 from collections import Counter
 from typing import Any
@@ -17,20 +30,26 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from pipeline_helpers import run_stream, send
+from pipeline_helpers import send, wait_for
 from tidewater.config import Settings
 from tidewater.connectors.kafka_client import kafka_python_config
 from tidewater.connectors.kafka_publish import read_committed
+from tidewater.faults import CRASH_AFTER_COMMIT, CRASH_AFTER_PUBLISH, CRASH_BEFORE_PUBLISH_COMMIT
 from tidewater.generator.producer import ensure_topic
 from tidewater.keyed_state import fold
 from tidewater.pipelines import get_pipeline
 from tidewater.pipelines.layout import PipelineLayout
 from tidewater.pipelines.payments import FRAUD_RULES
 from tidewater.pipelines.samples import GeneratedRecord, GeneratorConfig, generate, parse_ts
+from tidewater.processes import stop_process_group
+from tidewater.streaming.jobs import launch_stream_job
 
 pytestmark = pytest.mark.slow
 
 PAYMENTS = get_pipeline("payments")
+TOTAL = 4000
+RANDOM_KILLS = 3
+GOLD_QUERY = "gold_fraud_alerts"
 WATERMARK_MS = 10_000
 CONFIG = GeneratorConfig(
     seed=21,
@@ -39,7 +58,7 @@ CONFIG = GeneratorConfig(
     start_time_ms=parse_ts("2026-11-21T10:00:00Z"),
     duplicate_rate=0.02,
     out_of_order_fraction=0.05,
-    out_of_order_max_ms=5_000,
+    out_of_order_max_ms=2_000,  # well inside the 10 s watermark: no payment arrives late
     malformed_rate=0.005,
 )
 
@@ -71,37 +90,127 @@ def gold_alerts(layout: PipelineLayout) -> list[dict[str, Any]]:
     return DeltaTable(layout.table_uri("gold/fraud_alerts")).to_pyarrow_table().to_pylist()
 
 
+def independent(layout: PipelineLayout, table: str) -> list[dict[str, Any]]:
+    """A table as delta-rs alone reads it (not the project's read path)."""
+    return DeltaTable(layout.table_uri(table)).to_pyarrow_table().to_pylist()
+
+
+def final_watermark_ms(layout: PipelineLayout) -> int:
+    """The watermark of the gold query's last micro-batch (Spark's offset log): what its last fold passed."""
+    offsets = layout.checkpoint(GOLD_QUERY) / "offsets"
+    last = max((p for p in offsets.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+    return int(json.loads(last.read_text().splitlines()[1])["batchWatermarkMs"])
+
+
 @pytest.fixture(scope="module")
-def lake(spark, broker, tmp_path_factory) -> dict[str, Any]:
+def lake(broker, tmp_path_factory) -> dict[str, Any]:
     state = tmp_path_factory.mktemp("payments")
     settings = Settings(
         state_dir=str(state / "state"),
         kafka_request_timeout_ms=5000,
         kafka_bootstrap_servers=broker.bootstrap_servers,
         kafka_topic_prefix=f"pay-{uuid.uuid4().hex[:8]}-",
-        max_offsets_per_trigger=1000,
+        max_offsets_per_trigger=400,
+        trigger_seconds=1.0,
     )
     topic = settings.topic(PAYMENTS.source().topic)
     ensure_topic(settings, topic, 2)
-    records = send(settings, topic, generate(CONFIG, 4000, PAYMENTS.sample_events))
-    run_stream(spark, settings, "payments")
-    return {"settings": settings, "records": records, "layout": PipelineLayout.of(settings, PAYMENTS)}
+    layout = PipelineLayout.of(settings, PAYMENTS)
+    records = list(generate(CONFIG, TOTAL, PAYMENTS.sample_events))
+    send(settings, topic, records[: TOTAL // 2])
+    logs = state / "logs"
+    logs.mkdir()
+    running: list[subprocess.Popen[bytes]] = []
+    gold = f"{layout.namespace}.payments.{GOLD_QUERY}"
+
+    def launch(name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        job = launch_stream_job(settings, "payments", logs / f"{name}.log", extra_args=args, extra_env=env)
+        running.append(job)
+        return job
+
+    def trickle() -> None:  # the rest arrives while the job is killed at random
+        for start in range(TOTAL // 2, TOTAL, 200):
+            send(settings, topic, records[start : start + 200])
+            time.sleep(1.0)
+
+    seed = int(os.environ.get("TIDEWATER_CHAOS_SEED", time.time()))
+    chaos = random.Random(seed)
+    print(f"chaos seed {seed} (set TIDEWATER_CHAOS_SEED to replay)")
+    producer = threading.Thread(target=trickle, daemon=True)
+    try:
+        faults = ((CRASH_AFTER_COMMIT, 1), (CRASH_BEFORE_PUBLISH_COMMIT, 2), (CRASH_AFTER_PUBLISH, 3))
+        for point, batch in faults:
+            job = launch(point.lower(), env={point: f"{gold}:{batch}"})
+            log = logs / f"{point.lower()}.log"
+            assert job.wait(timeout=300) == -signal.SIGKILL, log.read_text()[-3000:]
+            assert not (layout.checkpoint(GOLD_QUERY) / "commits" / str(batch)).exists()
+        producer.start()
+        for round_no in range(RANDOM_KILLS):
+            launched = time.time()
+            job = launch(f"random-{round_no}")
+            wait_for(
+                lambda t=launched: any(p.stat().st_mtime > t for p in layout.progress_dir().glob("*.json")),
+                timeout_s=300,
+                what="a batch of the restarted job",
+                log=logs / f"random-{round_no}.log",
+            )
+            time.sleep(chaos.uniform(0.0, 4.0))
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait(timeout=30)
+        producer.join(timeout=120)
+        final = launch("final", "--available-now")
+        assert final.wait(timeout=600) == 0, (logs / "final.log").read_text()[-3000:]
+    finally:
+        for job in running:
+            stop_process_group(job, timeout_s=10)
+    return {"settings": settings, "records": records, "layout": layout}
+
+
+def test_no_payment_is_lost_or_doubled(lake):
+    layout, records = lake["layout"], lake["records"]
+    bronze = independent(layout, "bronze")
+    assert Counter((r["partition"], r["offset"]) for r in bronze).most_common(1)[0][1] == 1
+    assert len(bronze) == len(records)
+    silver = Counter(r["payment_id"] for r in independent(layout, "silver"))
+    assert silver == Counter(valid_payments(records).keys())
 
 
 def test_the_stream_raises_the_alerts_the_pure_rules_give(lake):
     payments = valid_payments(lake["records"])
-    high = max(p["paid_at"] for p in payments.values())
-    # The stream folds a payment once the watermark (latest - 10 s) has passed it.
-    expected = expected_alerts(payments, before_ms=high - WATERMARK_MS)
+    expected = expected_alerts(payments, before_ms=final_watermark_ms(lake["layout"]))
     rows = gold_alerts(lake["layout"])
     assert Counter(r["alert_id"] for r in rows) == Counter(expected.keys())
     assert {a["rule"] for a in expected.values()} == {"velocity", "amount_spike", "impossible_travel"}
+    by_id = {r["alert_id"]: r for r in rows}
+    for alert_id, alert in expected.items():
+        assert (by_id[alert_id]["card_id"], by_id[alert_id]["detail"]) == (alert["card_id"], alert["detail"])
 
 
-def test_each_alert_is_published_once(lake):
+def test_each_alert_is_published_once_for_a_committed_reader(lake):
     settings = lake["settings"]
-    topic = settings.topic("payment-alerts")
-    published = read_committed(kafka_python_config(settings), topic)
+    published = read_committed(kafka_python_config(settings), settings.topic("payment-alerts"))
     ids = Counter(json.loads(value)["alert_id"] for _, value, _, _ in published)
-    assert ids == Counter(r["alert_id"] for r in gold_alerts(lake["layout"]))
+    assert ids and max(ids.values()) == 1
+    assert set(ids) == {r["alert_id"] for r in gold_alerts(lake["layout"])}
     assert all(key == json.loads(value)["card_id"].encode() for key, value, _, _ in published)
+
+
+def test_the_streams_state_equals_a_fold_from_scratch(lake, spark):
+    layout = lake["layout"]
+    _ = spark.streams  # the state reader needs the session's state store coordinator
+    state = (
+        spark.read.format("statestore")
+        .option("path", str(layout.checkpoint(GOLD_QUERY)))
+        .option("stateVarName", "state")
+        .load()
+        .collect()
+    )
+    streamed = {row["key"]["card_id"]: json.loads(row["value"]["json"]) for row in state}
+    watermark = final_watermark_ms(layout)
+    cards: dict[str, list[dict]] = {}
+    for p in valid_payments(lake["records"]).values():
+        if p["paid_at"] < watermark:
+            cards.setdefault(p["card_id"], []).append(p)
+    expected = {card: fold(FRAUD_RULES, None, events)[0] for card, events in cards.items()}
+    assert streamed.keys() == expected.keys()
+    assert streamed == expected
