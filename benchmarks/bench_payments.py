@@ -70,6 +70,8 @@ CUSTOM_FIELDS = (
     "rocksdbCommitCompactLatency",
     "rocksdbCommitWriteBatchLatency",
     "rocksdbCommitFileSyncLatencyMs",
+    "rocksdbChangeLogWriterCommitLatencyMs",
+    "rocksdbSaveZipFilesLatencyMs",
     "rocksdbCommitPauseLatency",
     "rocksdbPinnedBlocksMemoryUsage",
     "rocksdbSstFileSize",
@@ -81,21 +83,34 @@ CUSTOM_FIELDS = (
     "timerProcessingTimeMs",
 )
 
+# Per gold micro-batch: column -> RocksDB custom metric (state commit steps; those that exist are shown).
+BATCH_CUSTOM = {
+    "flush_ms": "rocksdbCommitFlushLatency",
+    "rocksdb_checkpoint_ms": "rocksdbCommitCheckpointLatency",
+    "changelog_ms": "rocksdbChangeLogWriterCommitLatencyMs",
+    "file_sync_ms": "rocksdbCommitFileSyncLatencyMs",
+    "timers_registered": "numRegisteredTimers",
+    "timers_deleted": "numDeletedTimers",
+}
+
 
 # ---- the Spark side (child process) ---------------------------------------------------------------
 
 
-def folder_size(path: Path) -> tuple[int, int]:
-    """(bytes, files) under ``path``."""
+def folder_size(path: Path) -> tuple[int, int, dict[str, int]]:
+    """(bytes, files, bytes by kind) under ``path``; kinds: sst, changelog, zip, crc, other."""
     size = files = 0
+    kinds: dict[str, int] = {}
     for root, _, names in os.walk(path):
         for name in names:
             try:
-                size += (Path(root) / name).stat().st_size
-                files += 1
+                length = (Path(root) / name).stat().st_size
             except OSError:
                 continue
-    return size, files
+            size, files = size + length, files + 1
+            kind = next((k for k in ("crc", "sst", "changelog", "zip") if name.endswith(f".{k}")), "other")
+            kinds[kind] = kinds.get(kind, 0) + length
+    return size, files, kinds
 
 
 def watch_parent(parent: int) -> None:
@@ -152,12 +167,13 @@ def worker(result_path: Path, parent: int) -> int:
             )
         layout = streams.layout
         checkpoint = layout.checkpoint(f"gold_{GOLD}")
-        state_bytes, state_files = folder_size(checkpoint / "state")
+        state_bytes, state_files, state_kinds = folder_size(checkpoint / "state")
         silver = read_table(spark, layout.table_uri(PAYMENTS.table_of(PAYMENTS.source(), "silver")))
         result |= {
             "checkpoint": str(checkpoint),
             "state_dir_bytes": state_bytes,
             "state_dir_files": state_files,
+            "state_dir_kinds": state_kinds,
             "checkpoint_bytes": folder_size(checkpoint)[0],
             "silver_rows": silver.count(),
             "silver_cards": silver.select("card_id").distinct().count(),
@@ -231,15 +247,24 @@ def batch_commits(progress: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "add_batch_ms": durations.get("addBatch"),
                 "commit_ms": sum(op.get("commitTimeMs", 0) for op in ops) if ops else None,
                 "all_updates_ms": sum(op.get("allUpdatesTimeMs", 0) for op in ops) if ops else None,
-                "rocksdb_checkpoint_ms": (
-                    sum(c.get("rocksdbCommitCheckpointLatency", 0) for c in custom)
-                    if any("rocksdbCommitCheckpointLatency" in c for c in custom)
-                    else None
-                ),
+                **{
+                    column: (sum(c.get(metric, 0) for c in custom) if any(metric in c for c in custom) else None)
+                    for column, metric in BATCH_CUSTOM.items()
+                },
                 "state_rows": sum(op.get("numRowsTotal", 0) for op in ops) if ops else None,
             }
         )
     return out
+
+
+def warm_rate(progress: list[dict[str, Any]]) -> float | None:
+    """Rows/s within the micro-batches after the first (JVM, Python workers and caches warm), if
+    at least two of them carry rows."""
+    later = [p for p in progress[1:] if p.get("numInputRows")]
+    if len(later) < 2:
+        return None
+    busy_ms = sum(int((p.get("durationMs") or {}).get("triggerExecution") or 0) for p in later)
+    return sum(int(p["numInputRows"]) for p in later) / (busy_ms / 1000) if busy_ms else None
 
 
 def fmt(value: Any) -> str:
@@ -281,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     results: dict[str, Any] = {
         "machine": machine,
+        "load_average_at_start": round(os.getloadavg()[0], 2),
         "events": args.events,
         "cards": args.cards,
         "max_offsets_per_trigger": args.max_offsets,
@@ -323,6 +349,7 @@ def main(argv: list[str] | None = None) -> int:
             "wall_s": silver_wall,
             "events_per_s": kafka_rows / silver_wall,
             "in_batch_events_per_s": kafka_rows / silver_busy if silver_busy else None,
+            "warm_events_per_s": warm_rate([p for t in silver_tiers for p in t["progress"]]),
         },
         "gold_fraud_alerts": {
             "rows": gold["rows"],
@@ -330,6 +357,7 @@ def main(argv: list[str] | None = None) -> int:
             "wall_s": gold["wall_s"],
             "events_per_s": gold["rows"] / gold["wall_s"],
             "in_batch_events_per_s": gold["rows"] / gold["busy_s"] if gold["busy_s"] else None,
+            "warm_events_per_s": warm_rate(gold["progress"]),
         },
         "overall": {"wall_s": total_wall, "events_per_s": kafka_rows / total_wall},
     }
@@ -343,6 +371,7 @@ def main(argv: list[str] | None = None) -> int:
         "keys": spark["state_keys"],
         "state_dir_bytes": spark["state_dir_bytes"],
         "state_dir_files": spark["state_dir_files"],
+        "state_dir_bytes_by_kind": spark["state_dir_kinds"],
         "checkpoint_bytes": spark["checkpoint_bytes"],
         "last_progress": state_metrics(gold["progress"]),
         "batches": batch_commits(gold["progress"]),
@@ -350,20 +379,22 @@ def main(argv: list[str] | None = None) -> int:
     results["spark_session_start_s"] = spark["session_start_s"]
     results["peak_rss_gib"] = peak_rss / 2**30
     results["run_s"] = time.monotonic() - started
+    # Other work on the machine (a test run) skews every figure: say how busy it was.
+    results["load_average_at_end"] = round(os.getloadavg()[0], 2)
 
     mib = 2**20
     t = results["tiers"]
     print()
-    print(f"{'tier':<34} {'rows':>9} {'batches':>7} {'wall s':>7} {'events/s':>9} {'in-batch/s':>10}")
+    print(f"{'tier':<34} {'rows':>9} {'batches':>7} {'wall s':>7} {'events/s':>9} {'in-batch/s':>10} {'warm/s':>8}")
     for name, label in (
         ("bronze_silver", "Kafka -> bronze + silver"),
         ("gold_fraud_alerts", "silver -> fraud_alerts (+publish)"),
     ):
         row = t[name]
-        in_batch = row["in_batch_events_per_s"]
+        in_batch, warm = row["in_batch_events_per_s"], row["warm_events_per_s"]
         print(
             f"{label:<34} {row['rows']:>9,} {row['micro_batches']:>7} {row['wall_s']:>7.1f} "
-            f"{row['events_per_s']:>9,.0f} {fmt(in_batch and round(in_batch)):>10}"
+            f"{row['events_per_s']:>9,.0f} {fmt(in_batch and round(in_batch)):>10} {fmt(warm and round(warm)):>8}"
         )
     print(
         f"{'overall Kafka -> gold':<34} {kafka_rows:>9,} {'':>7} {total_wall:>7.1f} "
@@ -372,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     lake = results["lake"]
     state = results["state"]
-    print(f"{'measure':<50} figure")
+    print(f"{'measure':<56} figure")
     figures = [
         ("silver rows / distinct cards in silver", f"{lake['silver_rows']:,} / {lake['silver_cards']:,}"),
         ("alerts in gold / published (committed)", f"{lake['alerts_in_gold']:,} / {lake['alerts_published']:,}"),
@@ -385,6 +416,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{state['state_dir_bytes'] / mib:,.1f} MiB in {state['state_dir_files']:,} files "
             f"(whole checkpoint {state['checkpoint_bytes'] / mib:,.1f} MiB)",
         ),
+        (
+            "  of which (MiB)",
+            ", ".join(f"{k} {v / mib:,.1f}" for k, v in sorted(state["state_dir_bytes_by_kind"].items())),
+        ),
     ]
     figures += [(f"last progress: {k}", fmt(v)) for k, v in state["last_progress"].items()]
     figures += [
@@ -392,11 +427,15 @@ def main(argv: list[str] | None = None) -> int:
         ("peak RSS (Python driver + JVM + workers)", f"{peak_rss / mib:,.0f} MiB"),
         ("produce", f"{report.sent:,} in {report.elapsed_s:.1f} s"),
         ("whole run", f"{results['run_s']:.0f} s"),
+        (
+            "load average (1 min) at start / end",
+            f"{results['load_average_at_start']:g} / {results['load_average_at_end']:g} on {os.cpu_count()} cores",
+        ),
     ]
     for label, value in figures:
-        print(f"{label:<50} {value}")
+        print(f"{label:<56} {value}")
     print()
-    print("gold micro-batches (state figures summed over the state store instances, one per shuffle partition):")
+    print("gold micro-batches (state figures: Spark's sums over the state store instances, one per shuffle partition):")
     columns = (
         "batch",
         "rows",
@@ -404,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
         "add_batch_ms",
         "commit_ms",
         "all_updates_ms",
-        "rocksdb_checkpoint_ms",
+        *BATCH_CUSTOM,
         "state_rows",
     )
     widths = [max(len(c), 8) for c in columns]

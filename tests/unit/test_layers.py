@@ -28,6 +28,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "tidewater.faults",
             "tidewater.strict_json",
             "tidewater.dedup",
+            "tidewater.scd2",
         ),
     ),
     (
