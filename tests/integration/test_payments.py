@@ -16,6 +16,7 @@ stream's per-card state equals a from-scratch fold of the payments it passed.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import random
@@ -30,7 +31,11 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from pipeline_helpers import send, wait_for
+from pipeline_helpers import run_stream, send, wait_for
+from tidewater.batch.correction import correct_late_data
+from tidewater.batch.interval import Interval
+from tidewater.batch.ledger import Ledger
+from tidewater.batch.recompute import recompute_interval, replay
 from tidewater.config import Settings
 from tidewater.connectors.kafka_client import kafka_python_config
 from tidewater.connectors.kafka_publish import read_committed
@@ -42,6 +47,8 @@ from tidewater.pipelines.layout import PipelineLayout
 from tidewater.pipelines.payments import FRAUD_RULES
 from tidewater.pipelines.samples import GeneratedRecord, GeneratorConfig, generate, parse_ts
 from tidewater.processes import stop_process_group
+from tidewater.quality.audit import AuditRequest, run_audit
+from tidewater.query.sql import run_sql
 from tidewater.streaming.jobs import launch_stream_job
 
 pytestmark = pytest.mark.slow
@@ -214,3 +221,112 @@ def test_the_streams_state_equals_a_fold_from_scratch(lake, spark):
     expected = {card: fold(FRAUD_RULES, None, events)[0] for card, events in cards.items()}
     assert streamed.keys() == expected.keys()
     assert streamed == expected
+
+
+START = dt.datetime(2026, 11, 21, 10, 0, tzinfo=dt.UTC)
+
+
+def _utc(value: Any) -> Any:
+    if isinstance(value, dt.datetime):
+        return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
+    return value
+
+
+def measures(row: dict[str, Any]) -> dict[str, Any]:
+    return {c: _utc(v) for c, v in row.items() if c not in ("status", "revision")}
+
+
+def test_batch_equals_stream_and_the_audit_passes(lake, spark):
+    settings, layout = lake["settings"], lake["layout"]
+    end = START + dt.timedelta(minutes=3)
+    before = {r["alert_id"]: measures(r) for r in gold_alerts(layout)}
+    result = recompute_interval(spark, settings, PAYMENTS, START, end, run_id="payments-parity")
+    assert result.ledger_entries == 0, result
+    after = {r["alert_id"]: measures(r) for r in gold_alerts(layout)}
+    streamed = {k: v for k, v in before.items() if v["paid_at"] < end}
+    assert streamed and all(after[k] == v for k, v in streamed.items())
+
+    audit = run_audit(spark, settings, AuditRequest(pipeline=PAYMENTS, interval=Interval(START, end)))
+    suites = {r.suite: r for r in audit.rows}
+    assert audit.success, audit.summary()
+    assert {"payments.reconciliation", "payments.parity.gold.fraud_alerts", "payments.gold.fraud_alerts"} <= set(suites)
+    assert suites["payments.reconciliation"].counts["delivery"] == "exactly_once"
+
+    counted = run_sql(
+        settings, "SELECT rule, count(*) AS n FROM payments.gold.fraud_alerts GROUP BY rule ORDER BY rule"
+    )
+    assert dict(counted.rows) == dict(Counter(r["rule"] for r in gold_alerts(layout)))
+
+
+def test_a_late_payment_is_folded_in_by_the_correction(lake, spark):
+    """A compromised card's payment from yet another country, sent ten minutes late: the stream drops it
+    (behind the watermark); the correction folds it where it belongs and the alerts become what the
+    rules give with it, every changed alert in the ledger."""
+    settings, layout, records = lake["settings"], lake["layout"], lake["records"]
+    payments = valid_payments(records)
+    travel = [r for r in gold_alerts(layout) if r["rule"] == "impossible_travel" and r["status"] == "final"]
+    target = payments[sorted(travel, key=lambda r: r["paid_at"])[0]["payment_id"]]
+    paid_at = target["paid_at"] + 1_000
+    late = {**target, "payment_id": "late-payment", "country": "XX", "paid_at": paid_at, "amount": 12.5}
+    value = {**late, "paid_at": dt.datetime.fromtimestamp(paid_at / 1000, dt.UTC).isoformat().replace("+00:00", "Z")}
+    record = GeneratedRecord(
+        key=target["card_id"].encode(),
+        value=json.dumps(value).encode(),
+        timestamp_ms=paid_at + 600_000,
+        kind="late",
+        event_id="late-payment",
+        producer_id="test",
+        seq_no=-1,
+        event_time_ms=paid_at,
+    )
+    send(settings, settings.topic(PAYMENTS.source().topic), [record])
+    run_stream(spark, settings, "payments")  # silver keeps it; the state machine never sees it (late)
+    assert not [r for r in gold_alerts(layout) if r["payment_id"] == "late-payment"]
+
+    end = START + dt.timedelta(hours=1)
+    correct_late_data(spark, settings, PAYMENTS, START, end, run_id="payments-late")
+    watermark = final_watermark_ms(layout)
+    expected = expected_alerts({**payments, "late-payment": late}, before_ms=watermark)
+    rows = {r["alert_id"]: r for r in gold_alerts(layout) if r["paid_at"].timestamp() * 1000 < watermark}
+    assert set(rows) == set(expected)
+    assert "late-payment:impossible_travel" in rows
+    entries = [e for e in Ledger(layout.ledger_uri()).rows(spark) if e["dag_run_id"] == "payments-late"]
+    changed = {json.loads(e["keys"])["alert_id"] for e in entries}
+    assert "late-payment:impossible_travel" in changed
+    again = correct_late_data(spark, settings, PAYMENTS, START, end, run_id="payments-late-2")
+    assert again.ledger_entries == 0
+
+
+def test_a_sandbox_replay_of_one_card_reproduces_its_alerts(lake, spark):
+    settings, layout = lake["settings"], lake["layout"]
+    end = START + dt.timedelta(minutes=3)
+    card = Counter(r["card_id"] for r in gold_alerts(layout)).most_common(1)[0][0]
+    live_version = layout.table("gold/fraud_alerts").version()
+    result = replay(
+        spark,
+        settings,
+        PAYMENTS,
+        START,
+        end,
+        run_id="payments-replay",
+        sandbox_namespace="pay_sandbox",
+        entities=[card],
+    )
+    assert result.entities == (card,)
+    sandbox = PipelineLayout.of(settings, PAYMENTS, "pay_sandbox")
+
+    def alerts(where: PipelineLayout) -> dict[str, dict]:
+        return {
+            r["alert_id"]: measures(r) for r in gold_alerts(where) if r["card_id"] == card and _utc(r["paid_at"]) < end
+        }
+
+    assert alerts(sandbox) == alerts(layout) and alerts(layout)
+    assert {r["card_id"] for r in gold_alerts(sandbox)} == {card}
+    assert layout.table("gold/fraud_alerts").version() == live_version
+
+
+def test_the_state_and_its_size_are_in_the_streams_health(lake):
+    """What the supervisor shows per query (the progress file): the cards in state and the bytes they take."""
+    progress = json.loads((lake["layout"].progress_dir() / f"{GOLD_QUERY}.json").read_text())
+    assert progress["state_rows"] > 0
+    assert max(progress["state_memory_bytes"], progress["state_files_bytes"]) > 0

@@ -190,7 +190,7 @@ class StreamHealth:
             lag = sum(q.get("lag", {}).values())
             parts.append(
                 f"{name} batch {q.get('batch_id')} in {q.get('input_rows_per_second', 0):.0f}/s lag {lag}"
-                f" state {q.get('state_rows', 0)}"
+                f" state {q.get('state_rows', 0)}" + _state_size(q)
             )
         if self.detail:
             parts.append(self.detail)
@@ -493,6 +493,14 @@ class StreamControl:
         return self.health()
 
 
+def _state_size(query: dict[str, Any]) -> str:
+    """`` (3.2 MiB, commit 40 ms)`` for a query that keeps state, else nothing."""
+    size = max(int(query.get("state_memory_bytes") or 0), int(query.get("state_files_bytes") or 0))
+    if not size:
+        return ""
+    return f" ({size / 2**20:.1f} MiB, commit {int(query.get('state_commit_ms') or 0)} ms)"
+
+
 def _query_view(progress: dict[str, Any]) -> dict[str, Any]:
     keys = (
         "batch_id",
@@ -501,6 +509,9 @@ def _query_view(progress: dict[str, Any]) -> dict[str, Any]:
         "processed_rows_per_second",
         "lag",
         "state_rows",
+        "state_memory_bytes",
+        "state_files_bytes",
+        "state_commit_ms",
         "watermark",
         "rows_dropped_by_watermark_total",
     )

@@ -207,8 +207,13 @@ def _gold(pipeline: Pipeline, name: str) -> list[Expectation]:
         if isinstance(table, StreamJoin) and parse_duration(table.bound) == dt.timedelta(0):
             pair["or_equal"] = True  # a join row with no bound after its left event spans an instant
         span = [expectation("expect_column_pair_values_a_to_be_greater_than_b", **pair)]
+    # GX refuses a compound expectation of one column
+    if len(table.keys) == 1:
+        unique = expectation("expect_column_values_to_be_unique", column=table.keys[0])
+    else:
+        unique = expectation("expect_compound_columns_to_be_unique", column_list=list(table.keys))
     return [
-        expectation("expect_compound_columns_to_be_unique", column_list=list(table.keys)),
+        unique,
         *(expectation("expect_column_values_to_not_be_null", column=c) for c in table.keys),
         *span,
         expectation("expect_column_values_to_be_in_set", column="status", value_set=[PROVISIONAL, FINAL]),

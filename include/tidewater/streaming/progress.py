@@ -52,6 +52,12 @@ def summarize(progress: dict[str, Any], late_total: int, held_total: int = 0) ->
         "batch_duration_ms": progress.get("durationMs", {}).get("triggerExecution"),
         "watermark": progress.get("eventTime", {}).get("watermark"),
         "state_rows": sum(int(op.get("numRowsTotal", 0)) for op in state),
+        # State size: in memory, and on disk for RocksDB (its SST files, what a checkpoint uploads).
+        "state_memory_bytes": sum(int(op.get("memoryUsedBytes", 0)) for op in state),
+        "state_files_bytes": sum(
+            int((op.get("customMetrics") or {}).get("rocksdbTotalSSTFilesSize", 0)) for op in state
+        ),
+        "state_commit_ms": sum(int(op.get("commitTimeMs", 0)) for op in state),
         "rows_dropped_by_watermark": dropped,
         "rows_dropped_by_watermark_total": late_total + dropped,
         "rows_held_ahead_of_clock": held,

@@ -92,7 +92,7 @@ PIPELINE = Pipeline(
         KeyedStateMachine(
             name="fraud_alerts",
             description="Fraud alerts per card: velocity, amount spike, impossible travel",
-            keys=("alert_id",),
+            keys=("card_id", "alert_id"),  # per card: a replay may be restricted to cards
             time_column="paid_at",
             horizon=fraud.HORIZON,
             build=fraud_alerts,
