@@ -6,8 +6,8 @@ platform folds it over each key's events **in event-time order** (ties broken by
 
 * on a stream, :func:`keyed_state_machine` runs ``transformWithStateInPandas`` (event-time mode,
   RocksDB state store: see :mod:`tidewater.spark`). Incoming events are buffered in the key's list
-  state and an event-time timer is set just after each; when the watermark passes an event (its
-  timer fires) the events it passed are folded in order, the machine's state is saved and its outputs
+  state and one event-time timer is kept just after the earliest of them; when the watermark passes
+  it (the timer fires) the events it passed are folded in order, the machine's state is saved and its outputs
   are emitted (append mode). The watermark delay is the price of determinism: an event is never
   folded before every event that precedes it could have arrived;
 * on a batch (a recompute, a replay, a correction), the same fold runs in ``applyInPandas`` over each
@@ -47,6 +47,7 @@ _PENDING = StructType(
     [StructField("at_ms", LongType()), StructField("order", StringType()), StructField("event", StringType())]
 )
 _FOLDED = StructType([StructField("before_ms", LongType())])
+_TIMER = StructType([StructField("at_ms", LongType())])
 
 
 @dataclass(frozen=True)
@@ -147,6 +148,7 @@ class _Processor(StatefulProcessor):
         self.state = handle.getValueState("state", _STATE)
         self.pending = handle.getListState("pending", _PENDING)
         self.folded = handle.getValueState("folded", _FOLDED)
+        self.timer = handle.getValueState("timer", _TIMER)
 
     def handleInputRows(
         self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
@@ -161,9 +163,19 @@ class _Processor(StatefulProcessor):
                 buffered.append((at, str(event[self.machine.order_column]), json.dumps(event)))
         if buffered:
             self.pending.appendList(buffered)
-            for at in {b[0] for b in buffered}:
-                self.handle.registerTimer(at + 1)  # fires once the watermark has passed ``at``
+            self._wake_after(min(b[0] for b in buffered))
         return iter(())
+
+    def _wake_after(self, at: int) -> None:
+        """One timer per key, just after its earliest pending event: it fires once the watermark has
+        passed that event (a timer per event would cost one state row and one deletion each)."""
+        current = self.timer.get()[0] if self.timer.exists() else None
+        if current is not None and current <= at + 1:
+            return
+        if current is not None:
+            self.handle.deleteTimer(current)
+        self.handle.registerTimer(at + 1)
+        self.timer.update((at + 1,))
 
     def handleExpiredTimer(
         self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
@@ -171,9 +183,12 @@ class _Processor(StatefulProcessor):
         watermark = timerValues.getCurrentWatermarkInMs()
         pending = list(self.pending.get()) if self.pending.exists() else []
         due = [json.loads(p[2]) for p in pending if p[0] < watermark]
+        rest = [p for p in pending if p[0] >= watermark]
+        self.timer.clear()  # the one that fired (Spark deletes it after this call)
+        if rest:
+            self._wake_after(min(p[0] for p in rest))
         if not due:
             return iter(())
-        rest = [p for p in pending if p[0] >= watermark]
         state = json.loads(self.state.get()[0]) if self.state.exists() else None
         state, outputs = fold(self.machine, state, due)
         self.state.update((json.dumps(state),))
