@@ -24,6 +24,7 @@ fixed ``horizon`` (its state keeps nothing older) gives the same outputs from an
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,10 @@ from pyspark.sql.streaming.stateful_processor import (
     TimerValues,
 )
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
+
+from tidewater.errors import one_line
+
+log = logging.getLogger(__name__)
 
 Event = dict[str, Any]
 Output = dict[str, Any]
@@ -62,10 +67,17 @@ class KeyedMachine:
 
 
 def fold(machine: KeyedMachine, state: Any, events: Iterable[Event]) -> tuple[Any, list[Output]]:
-    """``step`` over ``events`` in (time, order) order: the one definition of running a machine."""
+    """``step`` over ``events`` in (time, order) order: the one definition of running a machine.
+
+    An event ``step`` fails on is skipped (state unchanged) and logged, the same way in the stream
+    and in a batch, so one odd event cannot crash-loop the query."""
     outputs: list[Output] = []
-    for event in sorted(events, key=lambda e: (e[machine.time_column], e[machine.order_column])):
-        state, produced = machine.step(state, event)
+    for event in sorted(events, key=lambda e: (e[machine.time_column], str(e[machine.order_column]))):
+        try:
+            state, produced = machine.step(state, event)
+        except Exception as exc:
+            log.warning("state machine skipped event %s: %s", event.get(machine.order_column), one_line(exc))
+            continue
         outputs += produced
     return state, outputs
 

@@ -92,3 +92,10 @@ def test_nothing_older_than_the_horizon_changes_an_alert():
 def test_ties_in_time_are_broken_by_payment_id():
     a, b = payment(2, T0, country="A"), payment(1, T0, country="B")
     assert fold(FRAUD_RULES, None, [a, b]) == fold(FRAUD_RULES, None, [b, a])
+
+
+def test_an_event_the_rules_fail_on_is_skipped_not_fatal():
+    broken = {**payment(1, T0 + MINUTE), "amount": None}  # silver never holds one; a machine must survive it
+    events = [payment(0, T0), broken, payment(2, T0 + 2 * MINUTE, country="BR")]
+    state, outputs = fold(FRAUD_RULES, None, events)
+    assert [a["payment_id"] for a in outputs] == ["p-0002"] and len(state["recent"]) == 2
