@@ -136,9 +136,12 @@ def test_duplicates_forced_into_silver_and_gold_are_caught(spark, clean: Setting
         table.append_arrow(first.slice(0, 1))  # what a second, unsynchronised writer would do
     result = audit(spark, clean)
     failures = {row.suite: row.failures for row in result.rows if not row.success}
-    # The copy has the original's lineage, so every record is still accounted for once: the
-    # duplicate audits (not the reconciliation) are what catch it.
-    assert set(failures) == {"rsvps.silver", "rsvps.gold.venue_response_counts"}
+    # The copy has the original's lineage, so every record is still accounted for once; the
+    # duplicate audits catch it, and so does the reconciliation's check of the exactly-once promise.
+    assert set(failures) == {"rsvps.silver", "rsvps.gold.venue_response_counts", "rsvps.reconciliation"}
+    assert failures["rsvps.reconciliation"] == [
+        "silver holds 1 extra row(s) for keys it holds already: exactly_once keeps one per key"
+    ]
     assert any(f.startswith("expect_column_values_to_be_unique(event_id): 2 of") for f in failures["rsvps.silver"])
     assert any(
         f.startswith("expect_compound_columns_to_be_unique(window_start,venue_id,response)")

@@ -115,7 +115,9 @@ def reconcile(
     copies = _copies_kept(silver, valid, source.key) if silver is not None else 0
     counts["duplicate_copies_kept"] = copies
     if copies and not delivery.may_repeat:
-        failures.append(f"{copies} rows of silver repeat a key its promise ({delivery.value}) keeps once")
+        failures.append(
+            f"silver holds {copies} extra row(s) for keys it holds already: {delivery.value} keeps one per key"
+        )
     if delivery.may_lose:
         counts["lost_records"] = never_read + missing
         accounted += missing  # reported, not a failure: the promise allows it
