@@ -143,7 +143,7 @@ def test_audit_passes_with_its_own_suites(toy, lake, spark):
     }, outcomes
     assert all(o.success for o in outcomes.values()), [list(o.failures) for o in outcomes.values()]
     reconciliation = outcomes["toy.reconciliation"]
-    assert reconciliation.expectations == 4 and "seq_gaps" not in reconciliation.counts  # no sequence declared (offsets, accounting, strays, the promise)
+    assert reconciliation.expectations == 4 and "seq_gaps" not in reconciliation.counts  # no sequence: 4 checks
 
 
 def test_late_readings_are_corrected_with_a_ledger(toy, lake, spark):
