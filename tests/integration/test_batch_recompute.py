@@ -226,8 +226,8 @@ def clean_env(**extra: str) -> dict[str, str]:
         (["recompute", "--start", "2026-11-21T10:04:00Z", "--end", "2026-11-21T10:01:00Z"], "must be after start"),
         (["recompute", "--start", "10 o'clock", "--end", "2026-11-21T10:01:00Z"], "not an ISO-8601 time"),
         (
-            ["correct", "--pipeline", "payments", "--start", "2026-11-21T10:00Z", "--end", "2026-11-21T11:00Z"],
-            "payments",
+            ["correct", "--pipeline", "billing", "--start", "2026-11-21T10:00Z", "--end", "2026-11-21T11:00Z"],
+            "billing",
         ),
         (
             ["replay", "--start", "2026-11-21T10:00Z", "--end", "2026-11-21T11:00Z", "--sandbox-namespace", "live"],

@@ -85,7 +85,7 @@ def test_missing_topic(env, broker):
 
 
 def test_unknown_pipeline(env, live_env):
-    assert_one_line(run_cli(live_env, "stream", "payments"), "PipelineError", "'payments'", "rsvps")
+    assert_one_line(run_cli(live_env, "stream", "billing"), "PipelineError", "'billing'", "rsvps")
 
 
 def test_malformed_setting(env):
@@ -128,7 +128,7 @@ def test_foreign_checkpoint(live_env):
     (path / IDENTITY_FILE).write_text(
         json.dumps(
             {
-                "pipeline": "payments",
+                "pipeline": "billing",
                 "namespace": "live",
                 "query": "gold_venue_response_counts",
                 "source": "s",

@@ -37,7 +37,7 @@ from tidewater.orchestration.params import (
     parse_interval,
     parse_replay_params,
 )
-from tidewater.pipelines import get_pipeline
+from tidewater.pipelines import all_pipelines, get_pipeline
 from tidewater.pipelines.layout import PipelineLayout
 
 RSVPS = get_pipeline("rsvps")
@@ -52,6 +52,8 @@ VALID = {
     "sandbox_namespace": "replay_1",
     "entities": [],
 }
+
+DECLARED = ", ".join(sorted(all_pipelines(Settings(pipelines=""))))  # the packaged pipelines
 
 
 def parse(settings: Settings, now: dt.datetime = NOW, **changes: object) -> ReplayRequest:
@@ -98,7 +100,7 @@ def test_valid_params_become_the_jobs_arguments(settings: Settings) -> None:
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"pipeline": "orders"}, "unknown pipeline 'orders': known pipelines are ads, pageviews, rsvps"),
+        ({"pipeline": "orders"}, f"unknown pipeline 'orders': known pipelines are {DECLARED}"),
         ({"start": "yesterday"}, "start 'yesterday' is not an ISO-8601 time"),
         ({"end": "2026-13-01T00:00:00Z"}, "end '2026-13-01T00:00:00Z' is not an ISO-8601 time"),
         ({"start": ""}, "start is required: give an ISO-8601 time"),

@@ -28,6 +28,7 @@ from tidewater.orchestration.supervisor import (
     crash_loop,
     failed_attempts,
 )
+from tidewater.pipelines import all_pipelines
 
 T0 = dt.datetime(2026, 11, 21, 10, 0, tzinfo=dt.UTC)
 ERROR = "CheckpointError: checkpoint /x/bronze is corrupt: offsets/0 is not valid JSON"
@@ -136,12 +137,15 @@ def test_history_without_snapshots_and_unreadable_lines():
 # ---- the control DAG's params ------------------------------------------------------------------------
 
 
+DECLARED = ", ".join(sorted(all_pipelines(Settings(pipelines=""))))  # the packaged pipelines
+
+
 def test_control_params_are_checked_in_one_line():
     assert parse_control_params({"pipeline": "rsvps", "action": "resume"}) == ("rsvps", "resume")
     cases = [
         (
             {"pipeline": "billing", "action": "start"},
-            "unknown pipeline 'billing': known pipelines are ads, pageviews, payments, rsvps",
+            f"unknown pipeline 'billing': known pipelines are {DECLARED}",
         ),
         ({"pipeline": "rsvps", "action": "reboot"}, "action 'reboot' is not one of start, stop, restart, resume"),
         ({"pipeline": "rsvps"}, "action is required: one of start, stop, restart, resume"),
