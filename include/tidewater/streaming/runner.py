@@ -8,9 +8,9 @@ decoupled tiers). Gold queries always read silver's Delta stream. Every query ha
 checkpoint; silver is always computed from bronze rows, so a replay from bronze reproduces silver
 and gold without Kafka. Two ways to run:
 
-* :meth:`PipelineStreams.run_forever`: all queries at once on a processing-time trigger (the
-  long-running job), until a stop is requested or a query fails (then all stop, and the error is
-  raised).
+* :meth:`PipelineStreams.run_forever`: all queries concurrently on a processing-time trigger (the
+  long-running job; started one after another), until a stop is requested or a query fails (then
+  all stop, and the error is raised).
 * :meth:`PipelineStreams.run_available_now`: tier by tier with Trigger.AvailableNow, each tier
   finishing before the next starts, so one run processes everything that was in Kafka at its
   start all the way to gold ("batch is a bounded stream").
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +43,13 @@ from tidewater.streaming.writers import BronzeSilverWriter, GoldWriter, SilverWr
 
 log = logging.getLogger(__name__)
 
+# How long the long-running job waits for a query's first micro-batch before starting the next one.
+STAGGER_SECONDS = 60.0
+# Spark's error when a Python worker did not connect back within its fixed 10 s, and how often the job
+# restarts one query for it before failing as a whole (the supervisor then restarts the job).
+WORKER_TIMEOUT = "Python worker failed to connect back"
+MAX_WORKER_RESTARTS = 5
+
 
 class StreamFailedError(TidewaterError):
     """A streaming query stopped with an error."""
@@ -63,6 +71,8 @@ class PipelineStreams:
         self.layout = PipelineLayout.of(settings, pipeline, namespace)
         self.checkpoints: dict[str, Checkpoint] = {}
         self.queries: dict[str, StreamingQuery] = {}
+        self._started: dict[str, tuple[Tier, dict[str, Any]]] = {}  # query -> how it was started
+        self._restarts: dict[str, int] = {}
         self._publishers: list[BatchPublisher] = []
         self._listener: ProgressRecorder | None = None
 
@@ -143,6 +153,7 @@ class PipelineStreams:
             writer = self._source_writer(tier, checkpoint, name, self.pipeline.source(tier.feeds))
         query = writer.queryName(name).option("checkpointLocation", str(checkpoint.path)).trigger(**trigger).start()
         self.queries[tier.query] = query
+        self._started[tier.query] = (tier, trigger)
         log.info("started %s (%s -> %s)", name, tier.source, tier.target)
         return query
 
@@ -254,22 +265,53 @@ class PipelineStreams:
                 raise StreamFailedError(f"{self.query_name(tier.query)} failed: {one_line(exc)}") from exc
 
     def run_forever(self, spark: SparkSession, stop: threading.Event, *, trigger_seconds: float | None = None) -> None:
-        """Run every tier concurrently until ``stop`` is set or a query fails."""
+        """Start every tier, lowest first, each once the one before has run its first micro-batch, and run
+        them concurrently until ``stop`` is set or a query fails."""
         self.prepare(spark)
         seconds = trigger_seconds if trigger_seconds is not None else self.settings.trigger_seconds
-        for tier in self.tiers:
-            every = self.settings.gold_trigger_seconds if tier.query.startswith("gold_") else seconds
-            self.start(tier, {"processingTime": f"{every} seconds"})
         try:
+            for tier in self.tiers:
+                every = self.settings.gold_trigger_seconds if tier.query.startswith("gold_") else seconds
+                query = self.start(tier, {"processingTime": f"{every} seconds"})
+                self._await_first_batch(query, stop)
             while not stop.is_set():
-                for query_name, query in self.queries.items():
-                    if not query.isActive:
-                        error = query.exception()
-                        detail = one_line(error) if error else "stopped unexpectedly"
-                        raise StreamFailedError(f"{self.query_name(query_name)} failed: {detail}")
+                self._raise_if_failed()
                 stop.wait(1.0)
         finally:
             self.stop()
+
+    def _await_first_batch(self, query: StreamingQuery, stop: threading.Event) -> None:
+        """Wait (at most ``STAGGER_SECONDS``) until ``query`` has run its first micro-batch before the
+        next query starts. A query's first batch starts its Python workers, and Spark gives a Python
+        worker a fixed 10 s to connect back: several queries (and several jobs) starting them at once
+        on two cores missed that window (measured: four pipelines' jobs, two of them failing at start)."""
+        deadline = time.monotonic() + STAGGER_SECONDS
+        while query.lastProgress is None and time.monotonic() < deadline and not stop.is_set():
+            self._raise_if_failed()
+            stop.wait(0.5)
+
+    def _raise_if_failed(self) -> None:
+        """Raise for a query that stopped, unless its Python worker merely missed Spark's connect-back
+        window (a busy host, not the data): that query alone is restarted from its checkpoint, at most
+        ``MAX_WORKER_RESTARTS`` times, instead of the whole job (whose restart costs a JVM and more load)."""
+        for query_name, query in list(self.queries.items()):
+            if query.isActive:
+                continue
+            error = query.exception()
+            detail = one_line(error) if error else "stopped unexpectedly"
+            restarts = self._restarts.get(query_name, 0)
+            if error is not None and WORKER_TIMEOUT in str(error) and restarts < MAX_WORKER_RESTARTS:
+                self._restarts[query_name] = restarts + 1
+                log.warning(
+                    "%s: %s; restarting the query from its checkpoint (%d of %d)",
+                    self.query_name(query_name),
+                    detail,
+                    restarts + 1,
+                    MAX_WORKER_RESTARTS,
+                )
+                self.start(*self._started[query_name])
+                continue
+            raise StreamFailedError(f"{self.query_name(query_name)} failed: {detail}")
 
     def stop(self) -> None:
         for query in self.queries.values():
