@@ -9,6 +9,7 @@ import pytest
 
 from tidewater.config import Settings
 from tidewater.pipelines import get_pipeline
+from tidewater.streaming import runner
 from tidewater.streaming.runner import MAX_WORKER_RESTARTS, WORKER_TIMEOUT, PipelineStreams, StreamFailedError, Tier
 
 
@@ -24,6 +25,12 @@ class StoppedQuery:
 
 class RunningQuery:
     isActive = True
+    lastProgress = None  # no batch yet since its start
+
+
+@pytest.fixture(autouse=True)
+def no_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runner.time, "sleep", lambda seconds: None)
 
 
 def streams(tmp_path: Any) -> tuple[PipelineStreams, list[str]]:
@@ -50,6 +57,16 @@ def test_a_worker_that_missed_its_window_restarts_only_that_query(tmp_path):
     job.queries["gold_trending_venues"] = StoppedQuery(f"org.apache.spark.SparkException: {WORKER_TIMEOUT}.")
     with pytest.raises(StreamFailedError, match="gold_trending_venues failed"):
         job._raise_if_failed()  # the budget is spent: the supervisor restarts the job
+
+
+def test_the_budget_is_for_misses_in_a_row(tmp_path, monkeypatch):
+    job, started = streams(tmp_path)
+    for _ in range(MAX_WORKER_RESTARTS + 2):
+        job.queries["gold_trending_venues"] = StoppedQuery(WORKER_TIMEOUT)
+        job._raise_if_failed()
+        job.queries["gold_trending_venues"].lastProgress = {"batchId": 1}  # the restarted query ran a batch
+        job._raise_if_failed()
+    assert len(started) == MAX_WORKER_RESTARTS + 2
 
 
 def test_any_other_failure_fails_the_job(tmp_path):

@@ -293,9 +293,12 @@ class PipelineStreams:
     def _raise_if_failed(self) -> None:
         """Raise for a query that stopped, unless its Python worker merely missed Spark's connect-back
         window (a busy host, not the data): that query alone is restarted from its checkpoint, at most
-        ``MAX_WORKER_RESTARTS`` times, instead of the whole job (whose restart costs a JVM and more load)."""
+        ``MAX_WORKER_RESTARTS`` times in a row (each a little later), instead of the whole job (whose
+        restart costs a JVM and more load)."""
         for query_name, query in list(self.queries.items()):
             if query.isActive:
+                if query_name in self._restarts and query.lastProgress is not None:
+                    del self._restarts[query_name]  # it ran a batch again: the budget is for consecutive misses
                 continue
             error = query.exception()
             detail = one_line(error) if error else "stopped unexpectedly"
@@ -309,6 +312,7 @@ class PipelineStreams:
                     restarts + 1,
                     MAX_WORKER_RESTARTS,
                 )
+                time.sleep(2.0 * (restarts + 1))  # let the host catch up a little more each time
                 self.start(*self._started[query_name])
                 continue
             raise StreamFailedError(f"{self.query_name(query_name)} failed: {detail}")
