@@ -8,9 +8,9 @@ decoupled tiers). Gold queries always read silver's Delta stream. Every query ha
 checkpoint; silver is always computed from bronze rows, so a replay from bronze reproduces silver
 and gold without Kafka. Two ways to run:
 
-* :meth:`PipelineStreams.run_forever`: all queries concurrently on a processing-time trigger (the
-  long-running job; started one after another), until a stop is requested or a query fails (then
-  all stop, and the error is raised).
+* :meth:`PipelineStreams.run_forever`: all queries at once on a processing-time trigger (the
+  long-running job), until a stop is requested or a query fails (then all stop, and the error is
+  raised; a query whose Python worker missed Spark's connect-back window is restarted alone).
 * :meth:`PipelineStreams.run_available_now`: tier by tier with Trigger.AvailableNow, each tier
   finishing before the next starts, so one run processes everything that was in Kafka at its
   start all the way to gold ("batch is a bounded stream").
@@ -43,8 +43,6 @@ from tidewater.streaming.writers import BronzeSilverWriter, GoldWriter, SilverWr
 
 log = logging.getLogger(__name__)
 
-# How long the long-running job waits for a query's first micro-batch before starting the next one.
-STAGGER_SECONDS = 60.0
 # Spark's error when a Python worker did not connect back within its fixed 10 s, and how often the job
 # restarts one query for it before failing as a whole (the supervisor then restarts the job).
 WORKER_TIMEOUT = "Python worker failed to connect back"
@@ -265,30 +263,18 @@ class PipelineStreams:
                 raise StreamFailedError(f"{self.query_name(tier.query)} failed: {one_line(exc)}") from exc
 
     def run_forever(self, spark: SparkSession, stop: threading.Event, *, trigger_seconds: float | None = None) -> None:
-        """Start every tier, lowest first, each once the one before has run its first micro-batch, and run
-        them concurrently until ``stop`` is set or a query fails."""
+        """Run every tier concurrently until ``stop`` is set or a query fails (see :meth:`_raise_if_failed`)."""
         self.prepare(spark)
         seconds = trigger_seconds if trigger_seconds is not None else self.settings.trigger_seconds
         try:
             for tier in self.tiers:
                 every = self.settings.gold_trigger_seconds if tier.query.startswith("gold_") else seconds
-                query = self.start(tier, {"processingTime": f"{every} seconds"})
-                self._await_first_batch(query, stop)
+                self.start(tier, {"processingTime": f"{every} seconds"})
             while not stop.is_set():
                 self._raise_if_failed()
                 stop.wait(1.0)
         finally:
             self.stop()
-
-    def _await_first_batch(self, query: StreamingQuery, stop: threading.Event) -> None:
-        """Wait (at most ``STAGGER_SECONDS``) until ``query`` has run its first micro-batch before the
-        next query starts. A query's first batch starts its Python workers, and Spark gives a Python
-        worker a fixed 10 s to connect back: several queries (and several jobs) starting them at once
-        on two cores missed that window (measured: four pipelines' jobs, two of them failing at start)."""
-        deadline = time.monotonic() + STAGGER_SECONDS
-        while query.lastProgress is None and time.monotonic() < deadline and not stop.is_set():
-            self._raise_if_failed()
-            stop.wait(0.5)
 
     def _raise_if_failed(self) -> None:
         """Raise for a query that stopped, unless its Python worker merely missed Spark's connect-back
