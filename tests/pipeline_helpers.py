@@ -74,6 +74,13 @@ def gold_as_streamed(spark: SparkSession, settings: Settings, gold: str, pipelin
     return sorted(tuple(r) for r in table.select(*order).collect())
 
 
+def delta_rows(layout: PipelineLayout, table: str) -> list[dict[str, Any]]:
+    """A table's rows as delta-rs alone reads them (not the project's Spark read path)."""
+    from deltalake import DeltaTable
+
+    return DeltaTable(layout.table_uri(table)).to_pyarrow_table().to_pylist()
+
+
 def run_stream(spark: SparkSession, settings: Settings, pipeline: str = "rsvps") -> None:
     """Process everything in Kafka through every tier with the streaming job's code (Trigger.AvailableNow)."""
     from tidewater.streaming.runner import PipelineStreams

@@ -24,9 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deltalake import DeltaTable
 
-from pipeline_helpers import run_stream, send, wait_for
+from pipeline_helpers import delta_rows, run_stream, send, wait_for
 from tidewater.batch.interval import Interval
 from tidewater.config import Settings
 from tidewater.faults import CRASH_AFTER_COMMIT
@@ -72,10 +71,6 @@ def lake_settings(broker: Any, tmp_path: Path) -> Settings:
     )
 
 
-def independent(layout: PipelineLayout, table: str) -> list[dict[str, Any]]:
-    return DeltaTable(layout.table_uri(table)).to_pyarrow_table().to_pylist()
-
-
 def reconciliation(spark: Any, settings: Settings, pipeline: Any) -> Any:
     result = run_audit(spark, settings, AuditRequest(pipeline=pipeline, interval=RANGE, checks=("reconciliation",)))
     (row,) = result.rows
@@ -100,7 +95,7 @@ def test_at_least_once_loses_nothing_and_keeps_every_copy(feeds, spark, broker, 
     run_stream(spark, settings, pipeline.name)  # resumes the killed job's checkpoint
 
     valid = [r for r in sent if r.kind != "malformed"]
-    silver = Counter(r["reading_id"] for r in independent(layout, "silver"))
+    silver = Counter(r["reading_id"] for r in delta_rows(layout, "silver"))
     assert silver == Counter(r.reading_id for r in valid)  # every copy, none lost
     copies = sum(1 for r in sent if r.kind == "duplicate")
     assert copies > 50 and sum(n - 1 for n in silver.values()) == copies
@@ -138,7 +133,7 @@ def test_at_most_once_never_repeats_and_reports_what_it_lost(feeds, spark, broke
         send(settings, topic, after)  # while it runs again: read
         ids_after = {r.reading_id for r in after if r.kind != "malformed"}
         wait_for(
-            lambda: ids_after <= {r["reading_id"] for r in independent(layout, "silver")},
+            lambda: ids_after <= {r["reading_id"] for r in delta_rows(layout, "silver")},
             timeout_s=300,
             what="the readings sent after the restart in silver",
             log=log,
@@ -146,9 +141,9 @@ def test_at_most_once_never_repeats_and_reports_what_it_lost(feeds, spark, broke
     finally:
         stop_process_group(job, timeout_s=10)
 
-    bronze = independent(layout, "bronze")
+    bronze = delta_rows(layout, "bronze")
     assert Counter((r["partition"], r["offset"]) for r in bronze).most_common(1)[0][1] == 1  # nothing twice
-    silver_ids = Counter(r["reading_id"] for r in independent(layout, "silver"))
+    silver_ids = Counter(r["reading_id"] for r in delta_rows(layout, "silver"))
     assert max(silver_ids.values()) == 1
     assert not silver_ids.keys() & {r.reading_id for r in down}  # sent while down: never processed
     never_read = len(all_readings) - len(bronze)

@@ -29,9 +29,8 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from deltalake import DeltaTable
 
-from pipeline_helpers import run_stream, send, wait_for
+from pipeline_helpers import delta_rows, run_stream, send, wait_for
 from tidewater.batch.correction import correct_late_data
 from tidewater.batch.interval import Interval
 from tidewater.batch.ledger import Ledger
@@ -94,12 +93,7 @@ def expected_alerts(payments: dict[str, dict[str, Any]], before_ms: int | None =
 
 
 def gold_alerts(layout: PipelineLayout) -> list[dict[str, Any]]:
-    return DeltaTable(layout.table_uri("gold/fraud_alerts")).to_pyarrow_table().to_pylist()
-
-
-def independent(layout: PipelineLayout, table: str) -> list[dict[str, Any]]:
-    """A table as delta-rs alone reads it (not the project's read path)."""
-    return DeltaTable(layout.table_uri(table)).to_pyarrow_table().to_pylist()
+    return delta_rows(layout, "gold/fraud_alerts")
 
 
 def final_watermark_ms(layout: PipelineLayout) -> int:
@@ -175,10 +169,10 @@ def lake(broker, tmp_path_factory) -> dict[str, Any]:
 
 def test_no_payment_is_lost_or_doubled(lake):
     layout, records = lake["layout"], lake["records"]
-    bronze = independent(layout, "bronze")
+    bronze = delta_rows(layout, "bronze")
     assert Counter((r["partition"], r["offset"]) for r in bronze).most_common(1)[0][1] == 1
     assert len(bronze) == len(records)
-    silver = Counter(r["payment_id"] for r in independent(layout, "silver"))
+    silver = Counter(r["payment_id"] for r in delta_rows(layout, "silver"))
     assert silver == Counter(valid_payments(records).keys())
 
 
