@@ -147,12 +147,16 @@ def test_platform_end_to_end(spark, tmp_path: Path):
                 )
             except AirflowError as exc:
                 # Airflow on SQLite answers 503 "Database is locked" (or, seen once in CI, 500 "Database
-                # error", its transaction rolled back) while the scheduler writes: try again.
+                # error") while the scheduler writes: try again.
                 transient = ("HTTP 503" in str(exc) and "locked" in str(exc)) or (
                     "HTTP 500" in str(exc) and "Database error" in str(exc)
                 )
                 if transient:
                     return None
+                if "HTTP 409" in str(exc) and "already a running backfill" in str(exc):
+                    # A retried POST whose first attempt was committed after all: that backfill is ours.
+                    listed = airflow.request("GET", "/api/v2/backfills?dag_id=tidewater_batch_rsvps")["backfills"]
+                    return max(listed, key=lambda b: b["id"]) if listed else None
                 raise
 
         backfill = wait_for(create_backfill, timeout_s=120, what="Airflow to accept the backfill")
