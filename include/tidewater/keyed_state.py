@@ -13,6 +13,12 @@ platform folds it over each key's events **in event-time order** (ties broken by
 * on a batch (a recompute, a replay, a correction), the same fold runs in ``applyInPandas`` over each
   key's events sorted the same way, from no state.
 
+A machine may also act on **silence**: its ``deadline(state)`` names an event time (a machine gone
+quiet, an hour to close) and ``on_deadline(state, at)`` runs once event time passes it with no earlier
+event left to fold. The stream keeps a timer for it; the fold fires a deadline before any event at or
+after it, and, at the end of what it folds, every deadline the watermark has passed (a batch: its
+read's latest event time minus the watermark, as the stream's watermark would be after that read).
+
 So both give the same outputs for the same events. An event that arrives after the watermark passed
 it (late) cannot be folded in order any more: Spark drops it before the processor sees it (and the
 processor drops one older than what it already folded); it stays in silver, and the batch recompute
@@ -31,6 +37,7 @@ from typing import Any
 
 import pandas as pd
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import (
     ExpiredTimerInfo,
     StatefulProcessor,
@@ -40,6 +47,7 @@ from pyspark.sql.streaming.stateful_processor import (
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
 from tidewater.errors import one_line
+from tidewater.times import parse_duration
 
 log = logging.getLogger(__name__)
 
@@ -64,22 +72,66 @@ class KeyedMachine:
     time_column: str  # the event time (given to ``step`` as epoch ms, as is every timestamp column)
     order_column: str  # breaks ties between events of one key at the same time (an event id)
     output_schema: StructType  # the outputs' columns; timestamp columns come back from ``step`` as epoch ms
+    # When the state wants to act without an event (epoch ms; None: it does not), and what it then does.
+    deadline: Callable[[Any], int | None] | None = None
+    on_deadline: Callable[[Any, int], tuple[Any, list[Output]]] | None = None
+    # Output columns identifying a row: a later output of one fold with the same values replaces an
+    # earlier one (a version opened, then closed, in one micro-batch). Empty: every output is a row.
+    output_key: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if (self.deadline is None) != (self.on_deadline is None):
+            raise ValueError("a KeyedMachine declares deadline and on_deadline together, or neither")
 
 
-def fold(machine: KeyedMachine, state: Any, events: Iterable[Event]) -> tuple[Any, list[Output]]:
+# One fold fires at most this many deadlines per key: a machine whose deadline never moves on is a bug.
+MAX_DEADLINES = 100_000
+
+
+def fold(
+    machine: KeyedMachine, state: Any, events: Iterable[Event], *, until_ms: int | None = None
+) -> tuple[Any, list[Output]]:
     """``step`` over ``events`` in (time, order) order: the one definition of running a machine.
 
+    Deadlines (:attr:`KeyedMachine.deadline`) fire before any event at or after them, and at the end
+    every deadline before ``until_ms`` (the watermark: event time no event can arrive before any more).
     An event ``step`` fails on is skipped (state unchanged) and logged, the same way in the stream
     and in a batch, so one odd event cannot crash-loop the query."""
     outputs: list[Output] = []
     for event in sorted(events, key=lambda e: (e[machine.time_column], str(e[machine.order_column]))):
+        state = _expire(machine, state, event[machine.time_column] + 1, outputs)
         try:
             state, produced = machine.step(state, event)
         except Exception as exc:
             log.warning("state machine skipped event %s: %s", event.get(machine.order_column), one_line(exc))
             continue
         outputs += produced
+    if until_ms is not None:
+        state = _expire(machine, state, until_ms, outputs)
+    if machine.output_key:
+        last = {tuple(o.get(c) for c in machine.output_key): i for i, o in enumerate(outputs)}
+        outputs = [o for i, o in enumerate(outputs) if last[tuple(o.get(c) for c in machine.output_key)] == i]
     return state, outputs
+
+
+def _expire(machine: KeyedMachine, state: Any, before_ms: int, outputs: list[Output]) -> Any:
+    """Fire the state's deadlines earlier than ``before_ms``, in order."""
+    if machine.deadline is None or machine.on_deadline is None:
+        return state
+    for _ in range(MAX_DEADLINES):
+        due = machine.deadline(state)
+        if due is None or due >= before_ms:
+            return state
+        try:
+            state, produced = machine.on_deadline(state, due)
+        except Exception as exc:
+            log.warning("state machine failed at its deadline %s: %s", due, one_line(exc))
+            return state
+        outputs += produced
+        if machine.deadline(state) is not None and machine.deadline(state) <= due:  # type: ignore[operator]
+            log.error("state machine deadline %s did not move on: stopped firing it", due)
+            return state
+    return state
 
 
 def keyed_state_machine(events: DataFrame, *, machine: KeyedMachine, key: str, watermark: str) -> DataFrame:
@@ -90,7 +142,11 @@ def keyed_state_machine(events: DataFrame, *, machine: KeyedMachine, key: str, w
     columns = list(dict.fromkeys([key, *machine.event_columns]))
     selected = events.select(*columns)
     if not events.isStreaming:
-        return selected.groupBy(key).applyInPandas(_batch_fold(machine), schema=machine.output_schema)
+        until = None
+        if machine.deadline is not None:  # the watermark the stream would have after this read
+            high = selected.agg(F.max(machine.time_column)).first()[0]
+            until = None if high is None else _ms(high) - int(parse_duration(watermark).total_seconds() * 1000)
+        return selected.groupBy(key).applyInPandas(_batch_fold(machine, until), schema=machine.output_schema)
     return (
         selected.withWatermark(machine.time_column, watermark)
         .groupBy(key)
@@ -137,9 +193,9 @@ def _frame(outputs: Sequence[Output], schema: StructType) -> pd.DataFrame:
     return frame
 
 
-def _batch_fold(machine: KeyedMachine) -> Callable[[pd.DataFrame], pd.DataFrame]:
+def _batch_fold(machine: KeyedMachine, until_ms: int | None) -> Callable[[pd.DataFrame], pd.DataFrame]:
     def run(frame: pd.DataFrame) -> pd.DataFrame:
-        _, outputs = fold(machine, None, _events(frame, machine))
+        _, outputs = fold(machine, None, _events(frame, machine), until_ms=until_ms)
         return _frame(outputs, machine.output_schema)
 
     return run
@@ -197,18 +253,21 @@ class _Processor(StatefulProcessor):
         due = [json.loads(p[2]) for p in pending if p[0] < watermark]
         rest = [p for p in pending if p[0] >= watermark]
         self.timer.clear()  # the one that fired (Spark deletes it after this call)
-        if rest:
-            self._wake_after(min(p[0] for p in rest))
-        if not due:
-            return iter(())
         state = json.loads(self.state.get()[0]) if self.state.exists() else None
-        state, outputs = fold(self.machine, state, due)
-        self.state.update((json.dumps(state),))
-        self.folded.update((watermark,))
-        if rest:
-            self.pending.put(rest)
-        else:
-            self.pending.clear()
+        deadline = self.machine.deadline(state) if self.machine.deadline is not None else None
+        outputs: list[Output] = []
+        if due or (deadline is not None and deadline < watermark):
+            state, outputs = fold(self.machine, state, due, until_ms=watermark)
+            self.state.update((json.dumps(state),))
+            self.folded.update((watermark,))
+            if rest:
+                self.pending.put(rest)
+            else:
+                self.pending.clear()
+            deadline = self.machine.deadline(state) if self.machine.deadline is not None else None
+        wake = [p[0] for p in rest] + ([deadline] if deadline is not None else [])
+        if wake:
+            self._wake_after(min(wake))
         return iter([_frame(outputs, self.machine.output_schema)]) if outputs else iter(())
 
     def close(self) -> None:

@@ -68,10 +68,13 @@ class Selection:
     def column(self) -> Column:
         """The Spark filter."""
         c = F.col(self.time_column)
-        selected = (c >= F.lit(self.interval.start)) & (c < F.lit(self.interval.end))
+        return (c >= F.lit(self.interval.start)) & (c < F.lit(self.interval.end)) & self.entity_filter()
+
+    def entity_filter(self) -> Column:
+        """The Spark filter on the entities alone (true when the selection names none)."""
         if self.entities and self.entity_column:
-            selected = selected & F.col(self.entity_column).isin(list(self.entities))
-        return selected
+            return F.col(self.entity_column).isin(list(self.entities))
+        return F.lit(True)
 
     def sql(self, alias: str | None = None) -> str:
         """The delta-rs predicate (optionally on a MERGE alias such as ``t``)."""

@@ -286,10 +286,13 @@ def _result(
 def _source_silver(spark: SparkSession, plan: Rebuild, source: Source, held: DataFrame | None) -> DataFrame:
     """Every silver row of ``source`` from ``start - clock skew - the widest gold feed margin`` on (not
     yet cut to the interval): a sandbox feeds its gold from these rows, and a session starting in the
-    interval is only told apart from one that started earlier by the events before it."""
+    interval is only told apart from one that started earlier by the events before it. A source some
+    gold table reads whole (its ``history``: a changelog) is read from its first record."""
     pipeline = plan.pipeline
     margin = max((g.feed_margins()[0] for g in pipeline.gold), default=dt.timedelta(0))
-    since = plan.interval.start - parse_duration(source.clock_skew_tolerance) - margin
+    since: dt.datetime | None = plan.interval.start - parse_duration(source.clock_skew_tolerance) - margin
+    if any(source.name in g.history for g in pipeline.gold):
+        since = None
     if plan.source == KAFKA:
         bronze = sources.kafka_since(spark, plan.source_layout.settings, source, since)
     else:
@@ -334,8 +337,11 @@ def _rebuild_gold(
 
         def read(feed: Interval) -> tuple[DataFrame, ...]:
             assert all(s.name in fed for s in inputs), "a sandbox rebuild writes silver and gold together"
+            selections = {s.name: Selection(s.event_time, feed, plan.entity_column, plan.entities) for s in inputs}
             return tuple(
-                fed[s.name].where(Selection(s.event_time, feed, plan.entity_column, plan.entities).column())
+                fed[s.name].where(
+                    selections[s.name].entity_filter() if s.name in gold.history else selections[s.name].column()
+                )
                 for s in inputs
             )
 

@@ -28,33 +28,43 @@ from tidewater.pipelines.base import GoldTable, Source
 from tidewater.pipelines.layout import PipelineLayout
 
 
-def bronze_since(spark: SparkSession, table: LakeTable, since: dt.datetime) -> DataFrame:
-    """Bronze records that reached Kafka at or after ``since``.
+def bronze_since(spark: SparkSession, table: LakeTable, since: dt.datetime | None) -> DataFrame:
+    """Bronze records that reached Kafka at or after ``since`` (None: all of them).
 
     An event reaches Kafka no earlier than ``event_time - clock skew`` (silver quarantines any that
     claims otherwise), so with ``since = start - skew`` these rows hold every valid copy of every
     event of ``[start, ...)``; dropping the older ones changes no silver row of the interval and
     spares the de-duplication a scan of the whole history.
     """
+    if since is None:
+        return read_table(spark, table.uri)
     first = since.date().isoformat()
     dates = sorted({d for f in table.files() if (d := f.partition_values.get("ingest_date")) and d >= first})
     bronze = read_table(spark, table.uri, partition_filter={"ingest_date": dates})
     return bronze.where(F.coalesce("kafka_timestamp", "ingest_time") >= F.lit(since))
 
 
-def kafka_since(spark: SparkSession, settings: Settings, source: Source, since: dt.datetime) -> DataFrame:
-    """The source's topic from ``since`` (per-partition seek on record timestamps) to its current end,
-    as bronze rows. ``ingest_time`` is this read's time, not the stream's: the one lineage column a
-    replay from Kafka cannot reproduce."""
+def kafka_since(spark: SparkSession, settings: Settings, source: Source, since: dt.datetime | None) -> DataFrame:
+    """The source's topic from ``since`` (per-partition seek on record timestamps; None: from the
+    earliest offset) to its current end, as bronze rows. ``ingest_time`` is this read's time, not the
+    stream's: the one lineage column a replay from Kafka cannot reproduce."""
     options = source_options(settings, settings.topic(source.topic))
     options.pop("maxOffsetsPerTrigger", None)
+    if since is None:
+        options["startingOffsets"] = "earliest"
+        return transforms.to_bronze(spark.read.format("tidewater-kafka").options(**options).load())
     options["startingTimestamp"] = str(int(since.timestamp() * 1000))
     kafka = spark.read.format("tidewater-kafka").options(**options).load()
     return transforms.to_bronze(kafka).where(F.col("kafka_timestamp") >= F.lit(since))
 
 
-def silver_for(spark: SparkSession, table: LakeTable, source: Source, selection: Selection) -> DataFrame:
-    """Silver rows of ``selection``, reading only the event-date partitions it can touch."""
+def silver_for(
+    spark: SparkSession, table: LakeTable, source: Source, selection: Selection, *, whole: bool = False
+) -> DataFrame:
+    """Silver rows of ``selection``, reading only the event-date partitions it can touch; ``whole``:
+    of every event time (a changelog a table reads from its first change), the entity filter kept."""
+    if whole:
+        return read_table(spark, table.uri).where(selection.entity_filter())
     dates = [d.isoformat() for d in selection.interval.dates()]
     silver = read_table(spark, table.uri, partition_filter={source.partition_column: dates})
     return silver.where(selection.column())
@@ -80,6 +90,7 @@ def input_reader(
                 layout.source_table(source, "silver"),
                 source,
                 Selection(source.event_time, feed, entity_column, tuple(entities)),
+                whole=source.name in gold.history,
             )
             for source in inputs
         )

@@ -117,6 +117,9 @@ class GoldTable:
     build: GoldBuilder  # silver of each input -> gold rows; pure, sets its own watermarks
     # The sources whose silver feeds ``build``, in order; empty: the pipeline's only source.
     inputs: tuple[str, ...] = ()
+    # Inputs a bounded recompute reads whole, from their first event to their last, whatever the
+    # interval: changelogs (a machine's location) whose latest change before any horizon still holds.
+    history: tuple[str, ...] = ()
     publish: Publish | None = None  # also write the stream's rows to a Kafka topic
 
     output_mode: ClassVar[str] = "update"
@@ -232,9 +235,11 @@ class KeyedStateMachine(GoldTable):
     key's events in event-time order, on the stream (``transformWithStateInPandas``, RocksDB state,
     event-time timers) and on a batch (``applyInPandas``) alike.
 
-    A row spans the instant of its ``time_column`` (the event that produced it) and is final once the
-    watermark passes it. The machine looks back at most ``horizon``, so a batch interval owns the rows
-    whose time lies in it and reads ``horizon`` before it. Spark emits them in append mode (the stream
+    A row spans the instant of its ``time_column`` (the event that produced it), or up to its
+    ``end_column``, and is final once the watermark passes its end. The machine looks back at most
+    ``horizon`` (besides its ``history`` inputs, read whole) and a row is decided by events up to
+    ``lookahead`` after its time, so a batch interval owns the rows whose time lies in it and reads
+    ``horizon`` before and ``lookahead`` after it. Spark emits them in append mode (the stream
     folds an event once the watermark has passed it). A late event can change what later events
     output (a burst now crosses the velocity limit one payment earlier): the correction writes the
     rows that now exist and removes those that no longer do, with ledger entries.
@@ -242,16 +247,22 @@ class KeyedStateMachine(GoldTable):
 
     time_column: str
     horizon: str  # e.g. "24 hours": nothing older than this before an event changes its output
+    # How far past a row's time the events that decide it reach (a machine silent from t is known to be
+    # at t + timeout; an hour's sales at its end), plus the watermark: the read must pass the deadline.
+    lookahead: str = "0 seconds"
+    # A row that covers a span (an hour's sales, a silence) ends at this column: it is final once the
+    # watermark passes its end. None: the row is the instant of ``time_column``.
+    end_column: str | None = None
 
     output_mode: ClassVar[str] = "append"
     rows_merge: ClassVar[bool] = True
 
     @property
     def span(self) -> tuple[str, str]:
-        return self.time_column, self.time_column
+        return self.time_column, self.end_column or self.time_column
 
     def feed_margins(self) -> tuple[dt.timedelta, dt.timedelta]:
-        return parse_duration(self.horizon), dt.timedelta(0)
+        return parse_duration(self.horizon), parse_duration(self.lookahead)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -419,6 +430,11 @@ class Pipeline:
             if unknown:
                 raise PipelineError(
                     f"pipeline {self.name}: gold {table.name} reads unknown source(s) {unknown}; sources: {names}"
+                )
+            outside = [h for h in table.history if h not in (table.inputs or names)]
+            if outside:
+                raise PipelineError(
+                    f"pipeline {self.name}: gold {table.name} history {outside} must be among its inputs"
                 )
             if not table.inputs and len(self.sources) > 1:
                 raise PipelineError(

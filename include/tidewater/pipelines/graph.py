@@ -56,7 +56,9 @@ def describe(pipeline: Pipeline) -> list[str]:
         lines += [
             f"  kafka topic {source.topic} (source {source.name})",
             f"    {t('bronze')}: every record (topic, partition, offset once), partitioned by ingest_date",
-            f"    {t('silver')}: one row per {source.key}, event time {source.event_time}, "
+            f"    {t('silver')}: "
+            + (f"one row per {source.key}" if source.deduplicate else f"every valid copy of a {source.key}")
+            + f", event time {source.event_time}, "
             f"watermark {source.watermark}, partitioned by {source.partition_column}",
             f"    {t('quarantine')}: records the contract rejects ({len(source.all_rules)} rules), with the reason",
             f"    {t('conflicts')}: copies of one {source.key} that differ from the kept one",
@@ -68,6 +70,7 @@ def describe(pipeline: Pipeline) -> list[str]:
             f"      gold/{gold.name} (from {reads}): {kind_of(gold)}; keys {', '.join(gold.keys)}; "
             f"stream {gold.output_mode}; batch reads {_duration(before)} before / {_duration(after)} after the interval"
             + (" (widened while rows grow)" if gold.grows_until_quiet else "")
+            + "".join(f"; {pipeline.table_of(pipeline.source(h), 'silver')} read whole" for h in gold.history)
         )
         if gold.publish is not None:
             lines.append(f"        kafka topic {gold.publish.topic}: the stream's rows, keyed by {gold.publish.key}")

@@ -177,6 +177,9 @@ class EventContext:
     producer_id: str  # "producer-N"
     seq_no: int  # the producer's next sequence number (0, 1, 2, ...; lost records leave gaps)
     config: GeneratorConfig
+    # What the sample events remember within one run of the generator (a machine already installed):
+    # the same dict for every event of the run, a new one per run, so every run is reproducible.
+    run: dict[str, Any] = field(default_factory=dict)
 
 
 Payload = dict[str, Any]
@@ -331,6 +334,7 @@ def generate(config: GeneratorConfig, count: int | None, events: SampleEvents) -
             f"generator malformed_rate={config.malformed_rate:g} but these sample events declare no malformations"
         )
     rng = random.Random(config.seed)
+    run_memory: dict[str, Any] = {}
     start_ms = config.start_time_ms if config.start_time_ms is not None else int(time.time() * 1000)
     producer_ids = [f"producer-{p}" for p in range(config.producers)]
     next_seq = [0] * config.producers
@@ -401,6 +405,7 @@ def generate(config: GeneratorConfig, count: int | None, events: SampleEvents) -
                 producer_id=producer_ids[p],
                 seq_no=seq_no,
                 config=config,
+                run=run_memory,
             )
             key, payload = events.make(rng, context)
             if events.follow_ups is not None:
