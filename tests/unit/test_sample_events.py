@@ -235,22 +235,31 @@ def test_platform_feeds_every_pipeline_with_sample_events(
     sent: dict[str, tuple[float, SampleEvents]] = {}
     lock = threading.Lock()
 
+    topics: dict[str, dict[str, str]] = {}
+
     def fake_produce(settings: Settings, topic: str, config: GeneratorConfig, **kwargs: Any) -> None:
         with lock:
             sent[topic] = (config.rate, kwargs["events"])
-            assert kwargs["topics"] == ({"clicks": "p-ad-clicks"} if topic == "p-ad-impressions" else {})
+            topics[topic] = kwargs["topics"]
 
     monkeypatch.setattr(producer, "produce", fake_produce)
     settings = Settings(kafka_bootstrap_servers="127.0.0.1:1", kafka_topic_prefix="p-", pipeline_modules=registered)
     generators = start_generator(settings, rate=40, seed=1, stop=threading.Event())
     generators.join(timeout=10)
-    packaged = [name for name, p in all_pipelines(Settings(pipelines="")).items() if p.sample_events is not None]
+    packaged = {name: p for name, p in all_pipelines(Settings(pipelines="")).items() if p.sample_events is not None}
     assert generators.pipelines == sorted([*packaged, "toy"])  # not "bare": it declares none
     assert generators.error is None
+    # Each pipeline at the full rate, on its first source's topic; the records its events cause (an ad's
+    # clicks, a machine's changes) go to the topics of its other sources.
     assert sent == {
-        "p-ad-impressions": (40, get_pipeline("ads").sample_events),  # and the clicks they cause to p-ad-clicks
-        "p-pageviews": (40, get_pipeline("pageviews").sample_events),
-        "p-payments": (40, get_pipeline("payments").sample_events),
-        "p-rsvps": (40, get_pipeline("rsvps").sample_events),
-        "p-toy-readings": (40, events),  # each pipeline at the full rate
+        **{settings.topic(p.sources[0].topic): (40, p.sample_events) for p in packaged.values()},
+        "p-toy-readings": (40, events),
     }
+    assert topics == {
+        **{
+            settings.topic(p.sources[0].topic): {s.name: settings.topic(s.topic) for s in p.sources[1:]}
+            for p in packaged.values()
+        },
+        "p-toy-readings": {},
+    }
+    assert topics["p-ad-impressions"] == {"clicks": "p-ad-clicks"}

@@ -102,7 +102,7 @@ def _correct_gold(
     if closed is None:  # silver is empty: no window is closed
         return TableOutcome.of(CommitResult(False, table.version())), None
     windows = Selection(gold.span[0], interval)
-    read = sources.input_reader(spark, layout, gold)
+    read = sources.input_reader(spark, layout, gold, closed=closed)
 
     # Held from the silver read until the commit: a stream commit to this table in between would make
     # our comparison stale and our upsert overwrite it.

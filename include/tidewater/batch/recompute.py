@@ -332,16 +332,18 @@ def _rebuild_gold(
     table = target.table(name)
     windows = Selection(gold.span[0], plan.interval, plan.entity_column, plan.entities)
     inputs = pipeline.inputs(gold)
-    read = sources.input_reader(spark, target, gold, entity_column=plan.entity_column, entities=plan.entities)
+    read = sources.input_reader(
+        spark, target, gold, entity_column=plan.entity_column, entities=plan.entities, closed=closed
+    )
     if plan.sandbox:  # the sandbox's silver holds only the interval: feed gold from the source itself
 
         def read(feed: Interval) -> tuple[DataFrame, ...]:
             assert all(s.name in fed for s in inputs), "a sandbox rebuild writes silver and gold together"
             selections = {s.name: Selection(s.event_time, feed, plan.entity_column, plan.entities) for s in inputs}
             return tuple(
-                fed[s.name].where(
-                    selections[s.name].entity_filter() if s.name in gold.history else selections[s.name].column()
-                )
+                sources.history_until(fed[s.name].where(selections[s.name].entity_filter()), s, closed)
+                if s.name in gold.history
+                else fed[s.name].where(selections[s.name].column())
                 for s in inputs
             )
 

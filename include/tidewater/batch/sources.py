@@ -77,25 +77,36 @@ def input_reader(
     *,
     entity_column: str | None = None,
     entities: Sequence[Any] = (),
+    closed: dt.datetime | None = None,
 ) -> Callable[[Interval], tuple[DataFrame, ...]]:
     """``read(feed)``: the silver of each of ``gold``'s inputs in the event-time interval ``feed`` (the
-    reader :func:`tidewater.batch.windows.interval_gold` takes)."""
+    reader :func:`tidewater.batch.windows.interval_gold` takes). An input the table reads whole (its
+    ``history``) is read up to ``closed``: the changes the stream has folded by that watermark."""
     pipeline = layout.pipeline
     inputs = pipeline.inputs(gold)
 
     def read(feed: Interval) -> tuple[DataFrame, ...]:
         return tuple(
-            silver_for(
-                spark,
-                layout.source_table(source, "silver"),
+            history_until(
+                silver_for(
+                    spark,
+                    layout.source_table(source, "silver"),
+                    source,
+                    Selection(source.event_time, feed, entity_column, tuple(entities)),
+                    whole=source.name in gold.history,
+                ),
                 source,
-                Selection(source.event_time, feed, entity_column, tuple(entities)),
-                whole=source.name in gold.history,
+                closed if source.name in gold.history else None,
             )
             for source in inputs
         )
 
     return read
+
+
+def history_until(events: DataFrame, source: Source, closed: dt.datetime | None) -> DataFrame:
+    """A history input's events before the watermark ``closed`` (all of them when None)."""
+    return events if closed is None else events.where(F.col(source.event_time) < F.lit(closed))
 
 
 def silver_highs(spark: SparkSession, layout: PipelineLayout) -> dict[str, dt.datetime | None]:

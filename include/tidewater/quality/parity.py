@@ -60,7 +60,7 @@ def check_parity(
         if closed is None:
             out.append(Parity(name, 0, {"closed_before": None}))
             continue
-        read = sources.input_reader(spark, layout, gold)
+        read = sources.input_reader(spark, layout, gold, closed=closed)
         rows, _ = interval_gold(gold, read, Selection(gold.span[0], interval), closed, high=high)
         published = frame.where(F.col("status") == FINAL).toArrow()
         out.append(compare(name, published, rows.toArrow(), gold.keys, span=gold.span, closed=closed))
