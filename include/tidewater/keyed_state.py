@@ -16,8 +16,9 @@ platform folds it over each key's events **in event-time order** (ties broken by
 A machine may also act on **silence**: its ``deadline(state)`` names an event time (a machine gone
 quiet, an hour to close) and ``on_deadline(state, at)`` runs once event time passes it with no earlier
 event left to fold. The stream keeps a timer for it; the fold fires a deadline before any event at or
-after it, and, at the end of what it folds, every deadline the watermark has passed (a batch: its
-read's latest event time minus the watermark, as the stream's watermark would be after that read).
+after it, and, at the end of what it folds, every deadline the watermark has passed. A batch fires
+them all: the rows a deadline emits after the watermark are not kept (see
+:attr:`tidewater.pipelines.base.KeyedStateMachine.closed_rows_only`).
 
 So both give the same outputs for the same events. An event that arrives after the watermark passed
 it (late) cannot be folded in order any more: Spark drops it before the processor sees it (and the
@@ -37,7 +38,6 @@ from typing import Any
 
 import pandas as pd
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import (
     ExpiredTimerInfo,
     StatefulProcessor,
@@ -47,7 +47,6 @@ from pyspark.sql.streaming.stateful_processor import (
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
 from tidewater.errors import one_line
-from tidewater.times import parse_duration
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +82,10 @@ class KeyedMachine:
         if (self.deadline is None) != (self.on_deadline is None):
             raise ValueError("a KeyedMachine declares deadline and on_deadline together, or neither")
 
+
+# A batch fires every deadline: it cannot know the watermark, so the platform keeps only the rows the
+# watermark has closed (a silence not yet confirmed by time is the stream's to emit, or not).
+_END_OF_TIME_MS = 253_402_300_799_000  # 9999-12-31T23:59:59Z
 
 # One fold fires at most this many deadlines per key: a machine whose deadline never moves on is a bug.
 MAX_DEADLINES = 100_000
@@ -142,11 +145,7 @@ def keyed_state_machine(events: DataFrame, *, machine: KeyedMachine, key: str, w
     columns = list(dict.fromkeys([key, *machine.event_columns]))
     selected = events.select(*columns)
     if not events.isStreaming:
-        until = None
-        if machine.deadline is not None:  # the watermark the stream would have after this read
-            high = selected.agg(F.max(machine.time_column)).first()[0]
-            until = None if high is None else _ms(high) - int(parse_duration(watermark).total_seconds() * 1000)
-        return selected.groupBy(key).applyInPandas(_batch_fold(machine, until), schema=machine.output_schema)
+        return selected.groupBy(key).applyInPandas(_batch_fold(machine), schema=machine.output_schema)
     return (
         selected.withWatermark(machine.time_column, watermark)
         .groupBy(key)
@@ -193,9 +192,9 @@ def _frame(outputs: Sequence[Output], schema: StructType) -> pd.DataFrame:
     return frame
 
 
-def _batch_fold(machine: KeyedMachine, until_ms: int | None) -> Callable[[pd.DataFrame], pd.DataFrame]:
+def _batch_fold(machine: KeyedMachine) -> Callable[[pd.DataFrame], pd.DataFrame]:
     def run(frame: pd.DataFrame) -> pd.DataFrame:
-        _, outputs = fold(machine, None, _events(frame, machine), until_ms=until_ms)
+        _, outputs = fold(machine, None, _events(frame, machine), until_ms=_END_OF_TIME_MS)
         return _frame(outputs, machine.output_schema)
 
     return run

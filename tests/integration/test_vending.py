@@ -252,7 +252,7 @@ def test_a_late_relocation_is_rejoined_by_the_correction(lake, spark):
     versions = [r for r in delta_rows(layout, "gold/machines") if r["machine_id"] == machine]
     assert moved_at in {ms(r["valid_from"]) for r in versions}
     entries = [e for e in Ledger(layout.ledger_uri()).rows(spark) if e["dag_run_id"] == "vending-late"]
-    assert {e["table_name"] for e in entries} >= {"gold/sales_by_location_hour", "gold/machines"}
+    assert {e["table"] for e in entries} >= {"gold/sales_by_location_hour", "gold/machines"}
     again = correct_late_data(spark, settings, VENDING, START, START + dt.timedelta(hours=1), run_id="vending-late-2")
     assert again.ledger_entries == 0
 

@@ -73,6 +73,8 @@ def interval_gold(
         # checkpointed plan stay above it.
         built = gold.rows(*events).localCheckpoint(eager=True)
         rows = with_status(built.where(windows.column()), closed, gold.span[1])
+        if gold.closed_rows_only:
+            rows = rows.where(F.col("status") == FINAL)
         if not gold.grows_until_quiet or high is None or feed.end > high:
             return rows, events
         reach = max_of(rows, gold.span[1])

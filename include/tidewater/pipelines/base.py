@@ -125,6 +125,10 @@ class GoldTable:
     output_mode: ClassVar[str] = "update"
     grows_until_quiet: ClassVar[bool] = False
     rows_merge: ClassVar[bool] = False
+    # The stream publishes a row only once the watermark has passed its end, and a batch may compute
+    # rows the watermark has not closed yet that events to come would change or cancel: a batch keeps
+    # only the closed ones (see :func:`tidewater.batch.windows.interval_gold`).
+    closed_rows_only: ClassVar[bool] = False
 
     def rows(self, *silvers: DataFrame, status: str = PROVISIONAL) -> DataFrame:
         """Gold rows as published: the aggregate, whether it may still change, and its revision."""
@@ -256,6 +260,7 @@ class KeyedStateMachine(GoldTable):
 
     output_mode: ClassVar[str] = "append"
     rows_merge: ClassVar[bool] = True
+    closed_rows_only: ClassVar[bool] = True  # a silence to come may yet be broken by a reading
 
     @property
     def span(self) -> tuple[str, str]:
