@@ -47,6 +47,8 @@ def test_a_declaration_that_cannot_be_wired_is_refused_in_one_line():
         dataclasses.replace(ADS, gold=(dataclasses.replace(gold, inputs=("impressions", "views")),))
     with pytest.raises(PipelineError, match="must name its inputs"):
         dataclasses.replace(ADS, gold=(dataclasses.replace(gold, inputs=()),))
+    with pytest.raises(PipelineError, match=r"history \['views'\] must be among its inputs"):
+        dataclasses.replace(ADS, gold=(dataclasses.replace(gold, history=("views",)),))
     with pytest.raises(PipelineError, match="unique"):
         dataclasses.replace(ADS, sources=(ADS.sources[0], ADS.sources[0]))
     with pytest.raises(PipelineError, match="has 2 sources: name one"):

@@ -30,7 +30,7 @@ def kind_of(gold: GoldTable) -> str:
     if isinstance(gold, Projection):
         return "projection"
     if isinstance(gold, KeyedStateMachine):
-        return f"state machine per key, horizon {gold.horizon}"
+        return "state machine per key" + (f", horizon {gold.horizon}" if parse_duration(gold.horizon) else "")
     if isinstance(gold, StreamJoin):
         if parse_duration(gold.lookback):
             return f"join from {gold.lookback} before to {gold.bound} after"
@@ -86,7 +86,8 @@ def mermaid(pipeline: Pipeline) -> str:
         label = "" if len(pipeline.sources) == 1 else f"{source.name} "
         lines += [
             f'  {n}_topic[("kafka: {source.topic}")] --> {n}_bronze["{label}bronze"]',
-            f'  {n}_bronze --> {n}_silver["{label}silver<br/>one row per {source.key}"]',
+            f'  {n}_bronze --> {n}_silver["{label}silver<br/>'
+            + (f'one row per {source.key}"]' if source.deduplicate else f'every copy of a {source.key}"]'),
             f'  {n}_bronze --> {n}_quarantine["{label}quarantine"]',
             f'  {n}_silver -.-> {n}_conflicts["{label}conflicts"]',
         ]
@@ -95,7 +96,8 @@ def mermaid(pipeline: Pipeline) -> str:
         lines.append(f'  {node}["gold/{gold.name}<br/>{gold.output_mode}"]')
         for source in pipeline.inputs(gold):
             n = f"{p}_{source.name}" if len(pipeline.sources) > 1 else p
-            lines.append(f'  {n}_silver -- "{kind_of(gold)}" --> {node}')
+            whole = " (read whole)" if source.name in gold.history else ""
+            lines.append(f'  {n}_silver -- "{kind_of(gold)}{whole}" --> {node}')
         if gold.publish is not None:
             lines.append(f'  {node} --> {node}_out[("kafka: {gold.publish.topic}")]')
     return "\n".join(lines)
