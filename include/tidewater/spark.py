@@ -8,6 +8,7 @@ JVM heap), and the tidewater data sources registered.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
 
@@ -23,28 +24,65 @@ def prepare_environment(settings: Settings) -> None:
     os.environ.update(settings.to_env())
 
 
+# What executors on other hosts need from the driver's environment to reach the same lake and broker.
+FORWARDED_TO_EXECUTORS = (
+    "PYSPARK_PYTHON",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_REGION",
+    "AWS_ENDPOINT_URL",
+)
+
+
+def is_local_master(master: str) -> bool:
+    return master == "local" or master.startswith("local[")
+
+
+def executor_env(settings: Settings, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment an executor on another host needs: every tidewater setting and the S3
+    endpoint and credentials. On ``local[N]`` executors are threads of the driver and share its
+    environment; a standalone cluster's executors are started by their worker and inherit nothing, so
+    an s3:// write would otherwise go to the public AWS endpoint."""
+    current = os.environ if environ is None else environ
+    forwarded = {name: current[name] for name in FORWARDED_TO_EXECUTORS if current.get(name)}
+    if settings.s3_endpoint_url:
+        forwarded.setdefault("AWS_ENDPOINT_URL", settings.s3_endpoint_url)
+    forwarded.setdefault("AWS_REGION", settings.s3_region)
+    return {**forwarded, **settings.to_env()}
+
+
+def session_conf(settings: Settings, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Every Spark setting of a tidewater session (pure: tested without a JVM)."""
+    conf = {
+        "spark.driver.memory": settings.spark_driver_memory,
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.ui.enabled": "false",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": str(settings.spark_shuffle_partitions),
+        "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.adaptive.enabled": "false",  # small batches: planning cost beats AQE gains
+        "spark.python.worker.reuse": "true",
+        # Planner/lookup workers are needed at query start only: let idle ones go (memory).
+        "spark.python.worker.idleTimeoutSeconds": "60",
+        "spark.python.worker.killOnIdleTimeout": "true",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.log.level": "WARN",
+    }
+    if not is_local_master(settings.spark_master):
+        # Secrets among them are redacted wherever Spark shows its conf (spark.redaction.regex).
+        conf |= {f"spark.executorEnv.{name}": value for name, value in executor_env(settings, environ).items()}
+    return conf
+
+
 def build_session(settings: Settings, app_name: str = "tidewater") -> SparkSession:
     prepare_environment(settings)
-    builder = (
-        SparkSession.builder.master(settings.spark_master)
-        .appName(app_name)
-        .config("spark.driver.memory", settings.spark_driver_memory)
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", str(settings.spark_shuffle_partitions))
-        .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
-        .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.sql.adaptive.enabled", "false")  # small batches: planning cost beats AQE gains
-        .config("spark.python.worker.reuse", "true")
-        # Planner/lookup workers are needed at query start only: let idle ones go (memory).
-        .config("spark.python.worker.idleTimeoutSeconds", "60")
-        .config("spark.python.worker.killOnIdleTimeout", "true")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.log.level", "WARN")
-    )
+    builder = SparkSession.builder.master(settings.spark_master).appName(app_name)
+    for key, value in session_conf(settings).items():
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     register_data_sources(spark)

@@ -1,0 +1,42 @@
+"""What a tidewater Spark session is configured with, and what its executors on other hosts receive."""
+
+from __future__ import annotations
+
+from tidewater.config import Settings
+from tidewater.spark import ROCKSDB_PROVIDER, executor_env, is_local_master, session_conf
+
+S3 = {"AWS_ACCESS_KEY_ID": "key", "AWS_SECRET_ACCESS_KEY": "secret", "PYSPARK_PYTHON": "/venv/bin/python"}
+
+
+def test_a_local_master_shares_the_drivers_environment():
+    conf = session_conf(Settings(spark_master="local[2]"), S3)
+    assert conf["spark.sql.streaming.stateStore.providerClass"] == ROCKSDB_PROVIDER
+    assert conf["spark.sql.session.timeZone"] == "UTC"
+    assert not [key for key in conf if key.startswith("spark.executorEnv.")]
+    assert all(is_local_master(m) for m in ("local", "local[2]", "local[*]", "local[2,3]"))
+    assert not any(is_local_master(m) for m in ("spark://127.0.0.1:7077", "yarn", "k8s://https://h:443"))
+
+
+def test_a_cluster_masters_executors_get_the_settings_and_the_s3_endpoint_and_credentials():
+    settings = Settings(
+        spark_master="spark://127.0.0.1:7077",
+        lake_root="s3://lake/tidewater",
+        s3_endpoint_url="http://127.0.0.1:8333",
+        s3_region="eu-central-1",
+        kafka_bootstrap_servers="127.0.0.1:9092",
+    )
+    conf = session_conf(settings, S3)
+    forwarded = {k.removeprefix("spark.executorEnv."): v for k, v in conf.items() if k.startswith("spark.executorEnv.")}
+    assert forwarded["AWS_ENDPOINT_URL"] == "http://127.0.0.1:8333"  # not the public AWS endpoint
+    assert forwarded["AWS_REGION"] == "eu-central-1"
+    assert (forwarded["AWS_ACCESS_KEY_ID"], forwarded["AWS_SECRET_ACCESS_KEY"]) == ("key", "secret")
+    assert forwarded["PYSPARK_PYTHON"] == "/venv/bin/python"
+    assert forwarded["TIDEWATER_LAKE_ROOT"] == "s3://lake/tidewater"
+    assert forwarded["TIDEWATER_KAFKA_BOOTSTRAP_SERVERS"] == "127.0.0.1:9092"
+    assert {k for k in forwarded if k.startswith("TIDEWATER_")} == set(settings.to_env())
+
+
+def test_an_endpoint_in_the_environment_wins_and_nothing_unset_is_forwarded():
+    env = executor_env(Settings(s3_endpoint_url="http://127.0.0.1:8333"), {"AWS_ENDPOINT_URL": "http://10.0.0.5:9000"})
+    assert env["AWS_ENDPOINT_URL"] == "http://10.0.0.5:9000"
+    assert "AWS_ACCESS_KEY_ID" not in env and "AWS_SESSION_TOKEN" not in env
