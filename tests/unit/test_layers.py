@@ -29,6 +29,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "tidewater.strict_json",
             "tidewater.dedup",
             "tidewater.scd2",
+            "tidewater.postgres",
         ),
     ),
     (

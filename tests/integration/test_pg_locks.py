@@ -1,0 +1,124 @@
+"""Table locks across hosts: PostgreSQL session advisory locks on a real local server.
+
+Real PostgreSQL (the Debian binaries, on 127.0.0.1), real processes: the holder runs in another
+process tree (``start_new_session``), as a driver on another host would; the server, not a shared file
+system, decides who holds the lock, and frees it the moment the holder's connection dies.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tidewater.broker import free_port
+from tidewater.lake.locks import TableLockTimeoutError
+from tidewater.lake.pg_locks import PostgresLock
+from tidewater.postgres import LocalPostgres
+
+HOLDER = textwrap.dedent(
+    """
+    import sys, time
+    from tidewater.lake.pg_locks import PostgresLock
+    lock = PostgresLock(sys.argv[1], sys.argv[2], timeout_s=30)
+    with lock.hold("a recompute on another host"):
+        print("held", flush=True)
+        time.sleep(float(sys.argv[3]))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def postgres():
+    # The server runs as the postgres user: its folder must be reachable by it (pytest's is root-only).
+    root = Path(tempfile.mkdtemp(prefix="tidewater-pg-"))
+    root.chmod(0o755)
+    server = LocalPostgres(root / "data", free_port())
+    try:
+        server.start()
+        pid = server.pid()
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    assert pid is not None and not server.running(pid)
+
+
+def hold_elsewhere(postgres: LocalPostgres, name: str, seconds: float) -> subprocess.Popen[str]:
+    """A holder in its own process tree; returns once it holds the lock."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, postgres.dsn, name, str(seconds)],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def test_a_holder_in_another_process_tree_excludes_us_until_it_releases(postgres):
+    holder = hold_elsewhere(postgres, "live/rsvps/gold.a", 2.0)
+    try:
+        lock = PostgresLock(postgres.dsn, "live/rsvps/gold.a", timeout_s=30)
+        assert lock.holder().startswith("a recompute on another host (pid")
+        began = time.monotonic()
+        with lock.hold("the stream's commit"):
+            waited = time.monotonic() - began
+            assert holder.poll() is not None  # it had finished: we got the lock after it
+            assert lock.holder() is not None
+        assert waited > 0.5
+        assert lock.holder() is None
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_killed_holders_lock_is_taken_over_at_once(postgres):
+    holder = hold_elsewhere(postgres, "live/rsvps/gold.b", 600)
+    os.killpg(holder.pid, signal.SIGKILL)
+    holder.wait()
+    lock = PostgresLock(postgres.dsn, "live/rsvps/gold.b", timeout_s=10)
+    began = time.monotonic()
+    with lock.hold("the next writer"):
+        assert time.monotonic() - began < 5
+    assert lock.holder() is None  # the dead holder's record is stale, not reported
+
+
+def test_waiting_too_long_names_the_holder_in_one_line(postgres):
+    holder = hold_elsewhere(postgres, "live/rsvps/gold.c", 30)
+    try:
+        lock = PostgresLock(postgres.dsn, "live/rsvps/gold.c", timeout_s=0.5)
+        with (
+            pytest.raises(TableLockTimeoutError, match=r"held by a recompute on another host .* for over 0.5 s"),
+            lock.hold("an impatient writer"),
+        ):
+            pass
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait()
+
+
+def test_reentrant_within_a_thread_and_exclusive_between_threads(postgres):
+    lock = PostgresLock(postgres.dsn, "live/rsvps/gold.d", timeout_s=10)
+    order: list[str] = []
+    with lock.hold("outer"), lock.hold("inner (the same thread: no deadlock)"):
+        other = threading.Thread(target=lambda: _take(lock, order))
+        other.start()
+        time.sleep(0.5)
+        order.append("main done")
+    other.join(timeout=10)
+    assert order == ["main done", "thread got it"]
+
+
+def _take(lock: PostgresLock, order: list[str]) -> None:
+    with lock.hold("another thread"):
+        order.append("thread got it")
