@@ -24,6 +24,7 @@ from tidewater.errors import ConfigError
 ENV_PREFIX = "TIDEWATER_"
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 KAFKA_CLIENTS = ("kafka-python", "confluent")
+LOCK_BACKENDS = ("flock", "postgres")
 SASL_MECHANISMS = ("", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI")
 # A lake namespace is one plain path segment under the lake and checkpoint roots (``live``, a sandbox):
 # never empty, ".", ".." or anything with "/". Every place that takes one checks it with
@@ -305,6 +306,10 @@ class Settings:
 
     # Coordination of writers to one live table (see tidewater.lake.locks).
     table_lock_timeout_seconds: float = setting(900.0, Range(ge=0, le=7 * 86_400))
+    # flock: one host (a flock holds on one mount of one machine only); postgres: session advisory locks
+    # on TIDEWATER_POSTGRES_DSN, which hold across hosts (see tidewater.lake.pg_locks).
+    lock_backend: str = setting("flock", OneOf(LOCK_BACKENDS))
+    postgres_dsn: str = setting("", Text())  # libpq, e.g. "host=127.0.0.1 port=5432 user=tidewater dbname=tidewater"
 
     # Stream supervision (see tidewater.orchestration.supervisor).
     # Alive but no heartbeat for this long: stalled, restart it.
@@ -437,6 +442,11 @@ class Settings:
             raise ConfigError(
                 f"TIDEWATER_LAKE_ROOT={self.lake_root!r}: the lake is on S3 but no credentials are set; export "
                 "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and TIDEWATER_S3_ENDPOINT_URL for MinIO)"
+            )
+        if self.lock_backend == "postgres" and not self.postgres_dsn.strip():
+            raise ConfigError(
+                "TIDEWATER_LOCK_BACKEND='postgres' needs TIDEWATER_POSTGRES_DSN (e.g. 'host=127.0.0.1 port=5432 "
+                "user=tidewater dbname=tidewater'); set it, or use the flock backend on one host"
             )
         if "://" in self.checkpoint_root and not self.checkpoint_root.startswith("file://"):
             raise ConfigError(

@@ -7,6 +7,7 @@ system, decides who holds the lock, and frees it the moment the holder's connect
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import signal
@@ -20,9 +21,15 @@ from pathlib import Path
 
 import pytest
 
+from pipeline_helpers import delta_rows, produce_generated, run_stream
 from tidewater.broker import free_port
+from tidewater.config import Settings
+from tidewater.generator.producer import ensure_topic
 from tidewater.lake.locks import TableLockTimeoutError
 from tidewater.lake.pg_locks import PostgresLock
+from tidewater.pipelines import get_pipeline
+from tidewater.pipelines.layout import PipelineLayout
+from tidewater.pipelines.samples import GeneratorConfig
 from tidewater.postgres import LocalPostgres
 
 HOLDER = textwrap.dedent(
@@ -122,3 +129,34 @@ def test_reentrant_within_a_thread_and_exclusive_between_threads(postgres):
 def _take(lock: PostgresLock, order: list[str]) -> None:
     with lock.hold("another thread"):
         order.append("thread got it")
+
+
+def test_the_platform_takes_its_table_locks_in_postgres_when_told(postgres, spark, broker, tmp_path):
+    """TIDEWATER_LOCK_BACKEND=postgres: the layout's locks are advisory locks on the server, and the
+    stream (silver as its own query: the Delta sink rebuilds its lock from the data source options)
+    commits through them."""
+    settings = Settings(
+        state_dir=str(tmp_path / "state"),
+        kafka_bootstrap_servers=broker.bootstrap_servers,
+        kafka_topic_prefix=f"pglock-{os.getpid()}-",
+        lock_backend="postgres",
+        postgres_dsn=postgres.dsn,
+        silver_query=True,
+        pipelines="rsvps",
+    )
+    layout = PipelineLayout.of(settings, get_pipeline("rsvps"))
+    silver = layout.lock("silver")
+    assert isinstance(silver, PostgresLock) and silver.name.endswith("/rsvps/silver")
+    topic = settings.topic(get_pipeline("rsvps").source().topic)
+    ensure_topic(settings, topic, 2)
+    produce_generated(settings, topic, GeneratorConfig(seed=3, rate=20), 200)
+    run_stream(spark, settings, "rsvps")
+    assert len(delta_rows(layout, "silver")) == 200
+    holder = hold_elsewhere(postgres, silver.name, 30)  # another host's recompute holds silver
+    try:
+        impatient = dataclasses.replace(silver, timeout_s=0.5)  # the stream's own lock, waiting less
+        with pytest.raises(TableLockTimeoutError, match="a recompute on another host"), impatient.hold("a stream"):
+            pass
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait()

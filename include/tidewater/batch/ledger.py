@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from tidewater.batch.gold_diff import RowChange, to_json
-from tidewater.lake.locks import TableLock
+from tidewater.lake.locks import WriterLock
 from tidewater.lake.reads import read_table
 from tidewater.lake.tables import CommitResult, LakeTable
 
@@ -113,7 +113,7 @@ def change_key(change: RowChange) -> tuple[Any, ...]:
 class Ledger:
     """The ledger table of one namespace and pipeline."""
 
-    def __init__(self, uri: str, *, lock: TableLock | None = None) -> None:
+    def __init__(self, uri: str, *, lock: WriterLock | None = None) -> None:
         self.table = LakeTable(uri)
         self.lock = lock  # maintenance compacts the ledger holding the same lock
 

@@ -50,7 +50,7 @@ from deltalake.transaction import CommitProperties
 from tidewater.config import Settings
 from tidewater.errors import ConfigError, LakePathError, TidewaterError
 from tidewater.lake.files import partition_value_text
-from tidewater.lake.locks import TableLock
+from tidewater.lake.locks import WriterLock
 from tidewater.lake.storage import filesystem
 from tidewater.lake.tables import LakeTable
 from tidewater.pipelines import get_pipeline
@@ -115,7 +115,7 @@ class MaintenanceResult:
 # ---- where, and under which lock -------------------------------------------------------------------
 
 
-def ledger_lock(layout: PipelineLayout) -> TableLock:
+def ledger_lock(layout: PipelineLayout) -> WriterLock:
     """The corrections ledger's lock (the one corrections hold while appending)."""
     return layout.ledger_lock()
 
@@ -126,7 +126,7 @@ def maintained_tables(layout: PipelineLayout) -> tuple[str, ...]:
     return (*layout.table_names, LEDGER, AUDITS)
 
 
-def _target(layout: PipelineLayout, table: str) -> tuple[LakeTable, TableLock]:
+def _target(layout: PipelineLayout, table: str) -> tuple[LakeTable, WriterLock]:
     if table == LEDGER:
         return LakeTable(layout.ledger_uri()), ledger_lock(layout)
     if table == AUDITS:
@@ -230,7 +230,7 @@ class _Maintenance:
     """One table's maintenance run: opens the table afresh under each lock hold (a writer may have
     committed while we waited) and accounts for the time spent waiting."""
 
-    def __init__(self, lake: LakeTable, lock: TableLock, run_id: str) -> None:
+    def __init__(self, lake: LakeTable, lock: WriterLock, run_id: str) -> None:
         self.lake = lake
         self.lock = lock
         self.run_id = run_id
@@ -325,7 +325,7 @@ def maintain_table(
     A table that does not exist yet is skipped (status ``skipped``). ``dry_run`` changes nothing
     and reports what compaction would rewrite and which files vacuum would delete. Each writing
     step holds the table's lock, waiting up to ``table_lock_timeout_seconds`` for a writer
-    (:class:`~tidewater.lake.locks.TableLockTimeoutError` after that).
+    (:class:`~tidewater.lake.locks.WriterLockTimeoutError` after that).
     """
     started = time.monotonic()
     lake, lock = _target(layout, table)

@@ -12,8 +12,9 @@
 * stream write executors write Parquet files; the driver commits each micro-batch in one Delta
                transaction carrying the app transaction ``(appId, batchId)`` and skips a batch
                that is already committed. Option ``appId`` is required and must be stable for
-               the query's checkpoint. With ``lockPath`` the commit holds that table lock
-               (:mod:`tidewater.lake.locks`; ``lockTimeoutSeconds``, default 900).
+               the query's checkpoint. With ``lockPath`` (flock) or ``lockDsn`` + ``lockName``
+               (PostgreSQL) the commit holds that table lock (:mod:`tidewater.lake.lock_options`;
+               ``lockTimeoutSeconds``, default 900).
 
 Credentials for s3:// come from the environment (see :mod:`tidewater.lake.storage`).
 """
@@ -23,7 +24,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -42,7 +42,8 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from tidewater import faults
 from tidewater.errors import ConfigError, DeltaSourceError
 from tidewater.lake.files import HIVE_NULL, write_data_files
-from tidewater.lake.locks import TableLock, holding
+from tidewater.lake.lock_options import lock_from_options
+from tidewater.lake.locks import WriterLock, holding
 from tidewater.lake.storage import filesystem
 from tidewater.lake.tables import DataFile, LakeTable
 
@@ -224,7 +225,7 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
         partition_by: list[str],
         app_id: str,
         query_name: str,
-        lock: TableLock | None = None,
+        lock: WriterLock | None = None,
     ) -> None:
         self.query_name = query_name
         self.table = table
@@ -293,11 +294,8 @@ class DeltaDataSource(DataSource):
             )
         table = self._table()
         meta = table.open().metadata()
-        lock_path = _option(self.options, "lockPath")
-        lock = None
-        if lock_path:
-            timeout = float(_option(self.options, "lockTimeoutSeconds", "900") or 900)
-            lock = TableLock(Path(lock_path), table=table.uri, timeout_s=timeout)
+        named = ("lockPath", "lockDsn", "lockName", "lockTimeoutSeconds")
+        lock = lock_from_options({k: v for k in named if (v := _option(self.options, k))}, table.uri)
         return DeltaStreamWriter(
             table,
             LakeTable.arrow_schema(table.open()),

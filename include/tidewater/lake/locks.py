@@ -25,13 +25,25 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Protocol
 
 from tidewater.errors import TidewaterError
 
 
 class TableLockTimeoutError(TidewaterError):
     """Another writer held a table's lock for longer than the timeout."""
+
+
+class WriterLock(Protocol):
+    """What every writer of a table holds around its commit: :class:`TableLock` (``flock``, one host) or
+    :class:`tidewater.lake.pg_locks.PostgresLock` (PostgreSQL advisory locks, any host), by setting."""
+
+    @property
+    def table(self) -> str: ...
+
+    def hold(self, purpose: str) -> AbstractContextManager[None]: ...
+
+    def holder(self) -> str | None: ...
 
 
 _paths: dict[str, threading.Lock] = {}  # one per lock file: threads of this process take turns
@@ -130,6 +142,6 @@ def flock_holder(path: Path, *, unknown: str = "unknown") -> str | None:
         return holder or unknown
 
 
-def holding(lock: TableLock | None, purpose: str) -> AbstractContextManager[None]:
+def holding(lock: WriterLock | None, purpose: str) -> AbstractContextManager[None]:
     """``lock.hold(purpose)``, or nothing when a writer was given no lock."""
     return lock.hold(purpose) if lock is not None else nullcontext()

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tidewater.config import Settings, check_namespace
-from tidewater.lake.locks import TableLock
+from tidewater.lake.locks import TableLock, WriterLock
+from tidewater.lake.pg_locks import PostgresLock
 from tidewater.lake.storage import join
 from tidewater.lake.tables import LakeTable
 from tidewater.pipelines.base import Pipeline, Source
@@ -79,21 +80,27 @@ class PipelineLayout:
         tables = {name: self.table_uri(name) for name in self.table_names}
         return {**tables, "corrections": self.ledger_uri(), "audits": self.audit_uri()}
 
-    def lock(self, table: str) -> TableLock:
+    def lock(self, table: str) -> WriterLock:
         """The lock every writer of ``table`` holds around its commit (see :mod:`tidewater.lake.locks`)."""
         self.table_uri(table)  # unknown tables fail here
         return self._lock(table.replace("/", "."))
 
-    def ledger_lock(self) -> TableLock:
+    def ledger_lock(self) -> WriterLock:
         """The corrections ledger's lock (corrections append, maintenance compacts)."""
         return self._lock("corrections")
 
-    def audit_lock(self) -> TableLock:
+    def audit_lock(self) -> WriterLock:
         return self._lock("audits")
 
-    def _lock(self, name: str) -> TableLock:
+    def _lock(self, name: str) -> WriterLock:
+        """The ``TIDEWATER_LOCK_BACKEND``'s lock: an flock beside the checkpoints (one host), or a
+        PostgreSQL advisory lock (any host)."""
+        table = f"{self.namespace}/{self.pipeline.name}/{name}"
+        timeout = self.settings.table_lock_timeout_seconds
+        if self.settings.lock_backend == "postgres":
+            return PostgresLock(self.settings.postgres_dsn, table, timeout)
         return TableLock(
             path=self.settings.checkpoint_dir / self.namespace / self.pipeline.name / "_locks" / f"{name}.lock",
-            table=f"{self.namespace}/{self.pipeline.name}/{name}",
-            timeout_s=self.settings.table_lock_timeout_seconds,
+            table=table,
+            timeout_s=timeout,
         )

@@ -34,6 +34,7 @@ from tidewater.connectors.kafka_publish import BatchPublisher
 from tidewater.connectors.kafka_source import source_options
 from tidewater.errors import TidewaterError, one_line
 from tidewater.generator.producer import ensure_topic
+from tidewater.lake.lock_options import lock_options
 from tidewater.lake.tables import LakeTable, check_lake_root
 from tidewater.pipelines.base import Delivery, GoldTable, Pipeline, Source
 from tidewater.pipelines.layout import PipelineLayout
@@ -187,8 +188,7 @@ class PipelineStreams:
                 .option("appId", checkpoint.app_id)
                 .option("queryName", name)
                 .option("path", tier.target)
-                .option("lockPath", str(bronze_lock.path))
-                .option("lockTimeoutSeconds", str(self.settings.table_lock_timeout_seconds))
+                .options(**lock_options(bronze_lock))
             )
         return kafka.writeStream.foreachBatch(
             BronzeSilverWriter(

@@ -20,7 +20,7 @@ from tidewater import dedup, faults
 from tidewater.connectors.kafka_publish import BatchPublisher, rows_to_records
 from tidewater.errors import TidewaterError, one_line
 from tidewater.lake import writes
-from tidewater.lake.locks import TableLock, holding
+from tidewater.lake.locks import WriterLock, holding
 from tidewater.lake.tables import LakeTable
 from tidewater.pipelines.base import STATUS_COLUMNS, GoldTable, Source
 
@@ -53,7 +53,7 @@ class SilverWriter:
         conflicts: LakeTable,
         app_id: str,
         query: str,
-        locks: dict[str, TableLock] | None = None,
+        locks: dict[str, WriterLock] | None = None,
     ):
         self.source = source
         self.silver = silver
@@ -200,7 +200,7 @@ class BronzeSilverWriter:
         silver: SilverWriter,
         app_id: str,
         query: str,
-        lock: TableLock | None = None,
+        lock: WriterLock | None = None,
     ):
         self.bronze = bronze
         self.silver = silver
@@ -241,7 +241,7 @@ class GoldWriter:
         table: LakeTable,
         app_id: str,
         query: str,
-        lock: TableLock | None = None,
+        lock: WriterLock | None = None,
         publisher: BatchPublisher | None = None,
     ):
         self.gold = gold
