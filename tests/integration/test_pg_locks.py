@@ -24,6 +24,7 @@ import pytest
 from pipeline_helpers import delta_rows, produce_generated, run_stream
 from tidewater.broker import free_port
 from tidewater.config import Settings
+from tidewater.errors import CheckpointError
 from tidewater.generator.producer import ensure_topic
 from tidewater.lake.locks import TableLockTimeoutError
 from tidewater.lake.pg_locks import PostgresLock
@@ -31,6 +32,7 @@ from tidewater.pipelines import get_pipeline
 from tidewater.pipelines.layout import PipelineLayout
 from tidewater.pipelines.samples import GeneratorConfig
 from tidewater.postgres import LocalPostgres
+from tidewater.streaming.checkpoint import claim, lease_holder
 
 HOLDER = textwrap.dedent(
     """
@@ -160,3 +162,43 @@ def test_the_platform_takes_its_table_locks_in_postgres_when_told(postgres, spar
     finally:
         os.killpg(holder.pid, signal.SIGKILL)
         holder.wait()
+
+
+def test_a_checkpoint_lease_in_postgres_refuses_a_second_driver_and_frees_with_the_first(postgres, tmp_path):
+    """Two drivers on one checkpoint, seen through two different paths (two mounts of a shared folder:
+    an flock would let both in): the lease is named after the query, so the second is refused."""
+    settings = Settings(state_dir=str(tmp_path / "state"), lock_backend="postgres", postgres_dsn=postgres.dsn)
+    layout = PipelineLayout.of(settings, get_pipeline("rsvps"))
+    lease = layout.checkpoint_lease("bronze")
+    assert lease is not None and lease.name == "checkpoint:live/rsvps/bronze"
+    holder = hold_elsewhere(postgres, lease.name, 600)  # a driver on another host
+    try:
+        assert "pid" in (lease_holder(tmp_path / "mount-a", lease) or "")
+        with pytest.raises(CheckpointError, match="in use by a running driver"):
+            claim(
+                tmp_path / "mount-b" / "bronze",
+                pipeline="rsvps",
+                namespace="live",
+                query="bronze",
+                source="s",
+                target="t",
+                lease=lease,
+            )
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait()
+    checkpoint = claim(
+        tmp_path / "mount-b" / "bronze",
+        pipeline="rsvps",
+        namespace="live",
+        query="bronze",
+        source="s",
+        target="t",
+        lease=lease,
+    )
+    try:
+        held = lease_holder(tmp_path / "mount-a", lease)
+        assert held is not None and f"pid {os.getpid()}" in held and " since " in held
+    finally:
+        checkpoint.release()
+    assert lease_holder(tmp_path / "mount-a", lease) is None

@@ -77,23 +77,35 @@ class PostgresLock:
                 f"lock {self.name} has been held by another thread of this process for over {self.timeout_s:g} s"
             )
         try:
-            connection = self._acquire(purpose)
+            held = self.acquire(purpose)
             depths[self.name] = 1
             try:
                 yield
             finally:
                 depths.pop(self.name, None)
-                self._release(connection)
+                held.release()
         finally:
             in_process.release()
+
+    def acquire(self, purpose: str) -> HeldLock:
+        """Take the lock (waiting up to the timeout; 0: one try) and keep it until :meth:`HeldLock.release`
+        or the process's end: a checkpoint lease, held for a driver's lifetime. Not reentrant."""
+        return HeldLock(self, self._acquire(purpose))
 
     def holder(self) -> str | None:
         """Who holds the lock now (None if free): the purpose its holder recorded."""
         connection = self._connect()
         try:
             with connection.cursor() as cursor:
-                if _try_lock(cursor, lock_key(self.name)):
-                    cursor.execute("SELECT pg_advisory_unlock(%s)", (lock_key(self.name),))
+                # pg_locks, not a try-lock: taking the lock even for an instant could refuse a real taker.
+                key = lock_key(self.name)
+                cursor.execute(
+                    "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 "
+                    "AND classid = %s::oid AND objid = %s::oid "
+                    "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+                    ((key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF),
+                )
+                if cursor.fetchone() is None:
                     return None
                 return _recorded(cursor, self.name) or "unknown"
         finally:
@@ -140,6 +152,19 @@ class PostgresLock:
                 cursor.execute("SELECT pg_advisory_unlock(%s)", (lock_key(self.name),))
         finally:
             connection.close()  # frees the lock in any case
+
+
+class HeldLock:
+    """A taken :class:`PostgresLock`: its connection holds it."""
+
+    def __init__(self, lock: PostgresLock, connection: Any) -> None:
+        self.lock = lock
+        self._connection: Any = connection
+
+    def release(self) -> None:
+        if self._connection is not None:
+            connection, self._connection = self._connection, None
+            self.lock._release(connection)
 
 
 def _try_lock(cursor: Any, key: int) -> bool:

@@ -270,7 +270,7 @@ class StreamControl:
         """Query -> (pid, unix time claimed) of the driver holding its checkpoint lease, None if free."""
         out: dict[str, tuple[int, float] | None] = {}
         for query in self.queries:
-            holder = lease_holder(self.layout.checkpoint(query))
+            holder = lease_holder(self.layout.checkpoint(query), self.layout.checkpoint_lease(query))
             if holder is None:
                 out[query] = None
                 continue

@@ -92,6 +92,13 @@ class PipelineLayout:
     def audit_lock(self) -> WriterLock:
         return self._lock("audits")
 
+    def checkpoint_lease(self, query: str) -> PostgresLock | None:
+        """The PostgreSQL lease of a query's checkpoint with the ``postgres`` lock backend (named after
+        the query, not the path: two mounts of one shared folder name it alike); None: the flock beside it."""
+        if self.settings.lock_backend != "postgres":
+            return None
+        return PostgresLock(self.settings.postgres_dsn, f"checkpoint:{self.namespace}/{self.pipeline.name}/{query}", 0)
+
     def _lock(self, name: str) -> WriterLock:
         """The ``TIDEWATER_LOCK_BACKEND``'s lock: an flock beside the checkpoints (one host), or a
         PostgreSQL advisory lock (any host)."""

@@ -5,7 +5,10 @@
   *new* checkpoint can never be mistaken for a replay of an old one (batch ids restart at 0).
 * **Lease** (``_lease``): an exclusive ``flock`` held by the driver process for as long as it runs.
   The kernel drops it when the process dies (kill -9 included), so it survives restarts of
-  whatever launched the driver, and a second driver on the same checkpoint is refused.
+  whatever launched the driver, and a second driver on the same checkpoint is refused. With the
+  ``postgres`` lock backend the lease is a PostgreSQL advisory lock named after the query instead
+  (:class:`tidewater.lake.pg_locks.PostgresLock`, timeout 0): it also refuses a driver on another
+  host or another mount of a shared checkpoint folder, and the server frees it when the driver dies.
 * **Sanity**: Spark's offset and commit logs must parse, and the state-store files a stateful
   (gold) query needs to resume its latest committed batch must exist and be whole; a corrupt one is
   reported in one line instead of a JVM stack trace.
@@ -28,7 +31,8 @@ from pathlib import Path
 from typing import IO
 
 from tidewater.errors import CheckpointError
-from tidewater.lake.locks import flock_holder, stamp, try_flock
+from tidewater.lake.locks import TableLockTimeoutError, flock_holder, stamp, try_flock
+from tidewater.lake.pg_locks import HeldLock, PostgresLock
 
 IDENTITY_FILE = "_tidewater.json"
 LEASE_FILE = "_lease"
@@ -65,10 +69,10 @@ class CheckpointIdentity:
 class Checkpoint:
     """A claimed checkpoint directory; :meth:`release` (or process exit) frees the lease."""
 
-    def __init__(self, path: Path, identity: CheckpointIdentity, lease: IO[str]) -> None:
+    def __init__(self, path: Path, identity: CheckpointIdentity, lease: IO[str] | HeldLock) -> None:
         self.path = path
         self.identity = identity
-        self._lease: IO[str] | None = lease
+        self._lease: IO[str] | HeldLock | None = lease
 
     @property
     def app_id(self) -> str:
@@ -77,41 +81,69 @@ class Checkpoint:
         return f"tidewater/{i.namespace}/{i.pipeline}/{i.query}/{i.stream_id}"
 
     def release(self) -> None:
-        if self._lease is not None:
-            fcntl.flock(self._lease, fcntl.LOCK_UN)
-            self._lease.close()
-            self._lease = None
+        lease, self._lease = self._lease, None
+        if isinstance(lease, HeldLock):
+            lease.release()
+        elif lease is not None:
+            fcntl.flock(lease, fcntl.LOCK_UN)
+            lease.close()
 
 
-def lease_holder(path: Path) -> str | None:
-    """Who holds the lease of checkpoint ``path`` (None if nobody)."""
+def lease_holder(path: Path, lease: PostgresLock | None = None) -> str | None:
+    """Who holds the lease of checkpoint ``path`` (None if nobody); ``lease``: the PostgreSQL one."""
+    if lease is not None:
+        return lease.holder()
     return flock_holder(path / LEASE_FILE, unknown="unknown process")
 
 
-def claim(path: Path, *, pipeline: str, namespace: str, query: str, source: str, target: str) -> Checkpoint:
-    """Take the lease, check identity and Spark's logs, and return the claimed checkpoint."""
+def claim(
+    path: Path,
+    *,
+    pipeline: str,
+    namespace: str,
+    query: str,
+    source: str,
+    target: str,
+    lease: PostgresLock | None = None,
+) -> Checkpoint:
+    """Take the lease (the flock beside the checkpoint, or ``lease``), check identity and Spark's logs,
+    and return the claimed checkpoint."""
     try:
         path.mkdir(parents=True, exist_ok=True)
-        lease = open(path / LEASE_FILE, "a+")  # noqa: SIM115 - held for the process lifetime
     except OSError as exc:
         raise CheckpointError(f"cannot use checkpoint directory {path}: {exc.strerror}") from None
-    holder = try_flock(lease)
-    if holder is not None:
-        lease.close()
-        raise CheckpointError(
-            f"checkpoint {path} is in use by a running driver ({holder or 'another process'}); two drivers "
-            "on one checkpoint would corrupt it: stop that one first"
-        )
-    stamp(lease, f"pid {os.getpid()} on {socket.gethostname()} since {_now()}")
+    taken = _take_lease(path, lease, f"pid {os.getpid()} on {socket.gethostname()} since {_now()}")
+    checkpoint = Checkpoint(path, CheckpointIdentity(pipeline, namespace, query, source, target, "", ""), taken)
     try:
         wanted = CheckpointIdentity(pipeline, namespace, query, source, target, uuid.uuid4().hex, _now())
-        identity = _reconcile_identity(path, wanted)
+        checkpoint.identity = _reconcile_identity(path, wanted)
         check_spark_logs(path)
     except BaseException:
-        fcntl.flock(lease, fcntl.LOCK_UN)
-        lease.close()
+        checkpoint.release()
         raise
-    return Checkpoint(path, identity, lease)
+    return checkpoint
+
+
+def _take_lease(path: Path, lease: PostgresLock | None, who: str) -> IO[str] | HeldLock:
+    in_use = (
+        f"checkpoint {path} is in use by a running driver ({{}}); two drivers on one checkpoint would "
+        "corrupt it: stop that one first"
+    )
+    if lease is not None:
+        try:
+            return lease.acquire(who)
+        except TableLockTimeoutError:
+            raise CheckpointError(in_use.format(lease.holder() or "another process")) from None
+    try:
+        handle = open(path / LEASE_FILE, "a+")  # noqa: SIM115 - held for the process lifetime
+    except OSError as exc:
+        raise CheckpointError(f"cannot use checkpoint directory {path}: {exc.strerror}") from None
+    holder = try_flock(handle)
+    if holder is not None:
+        handle.close()
+        raise CheckpointError(in_use.format(holder or "another process"))
+    stamp(handle, who)
+    return handle
 
 
 def _reconcile_identity(path: Path, wanted: CheckpointIdentity) -> CheckpointIdentity:

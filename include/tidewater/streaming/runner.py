@@ -133,6 +133,7 @@ class PipelineStreams:
                 query=tier.query,
                 source=tier.source,
                 target=tier.target,
+                lease=self.layout.checkpoint_lease(tier.query),
             )
         return self.checkpoints[tier.query]
 
