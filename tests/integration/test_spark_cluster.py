@@ -9,11 +9,13 @@ an executor would go to the public AWS endpoint.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -21,6 +23,7 @@ import pytest
 
 from tidewater.broker import free_port
 from tidewater.config import Settings
+from tidewater.lake import storage
 from tidewater.lake.tables import LakeTable
 from tidewater.s3server import S3Server
 from tidewater.spark_cluster import StandaloneCluster
@@ -54,6 +57,25 @@ JOB = textwrap.dedent(
 )
 
 
+@contextlib.contextmanager
+def lake_environment(env: dict[str, str]) -> Iterator[None]:
+    """This process's TIDEWATER_*/AWS_* variables exactly as in ``env`` (other tests' S3 settings set
+    aside, cached storage settings forgotten), restored afterwards."""
+    ours = ("TIDEWATER_", "AWS_")
+    saved = {k: v for k, v in os.environ.items() if k.startswith(ours)}
+    for key in saved:
+        del os.environ[key]
+    os.environ.update({k: v for k, v in env.items() if k.startswith(ours)})
+    storage.reset_cache()
+    try:
+        yield
+    finally:
+        for key in [k for k in os.environ if k.startswith(ours)]:
+            del os.environ[key]
+        os.environ.update(saved)
+        storage.reset_cache()
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     server = S3Server(tmp_path_factory.mktemp("s3"), buckets=("lake",))
@@ -81,17 +103,12 @@ def test_executors_write_to_the_configured_s3_endpoint(cluster, tmp_path: Path):
     env.update(settings.to_env())
     env.update({k: v for k, v in server.env().items() if k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")})
     source_uri, target_uri = "s3://lake/cluster/source", "s3://lake/cluster/target"
-    os.environ.update(env)  # this process writes the source table with the same settings
-    try:
+    with lake_environment(env):  # this process writes the source table with the job's settings
         source = LakeTable(source_uri)
         rows = pa.table({"id": pa.array(range(100), pa.int64()), "name": pa.array([f"n{i}" for i in range(100)])})
         source.ensure(rows.schema, description="rows the executors copy")
         source.append_arrow(rows)
         LakeTable(target_uri).ensure(rows.schema, description="the executors' copy")
-    finally:
-        for key in env:
-            if key.startswith(("TIDEWATER_", "AWS_")):
-                os.environ.pop(key, None)
     job = subprocess.run(
         [sys.executable, "-c", JOB, source_uri, target_uri, str(tmp_path / "checkpoint")],
         env=env,
@@ -109,11 +126,6 @@ def test_executors_write_to_the_configured_s3_endpoint(cluster, tmp_path: Path):
     listed = server.client().list_objects_v2(Bucket="lake", Prefix="cluster/target/")
     keys = [o["Key"] for o in listed.get("Contents", [])]
     assert any(k.endswith(".parquet") for k in keys) and any("_delta_log" in k for k in keys)
-    os.environ.update({k: v for k, v in env.items() if k.startswith(("TIDEWATER_", "AWS_"))})
-    try:
+    with lake_environment(env):
         copied = LakeTable(target_uri).open().to_pyarrow_table().sort_by("id")
-    finally:
-        for key in env:
-            if key.startswith(("TIDEWATER_", "AWS_")):
-                os.environ.pop(key, None)
     assert copied.column("id").to_pylist() == list(range(100))
