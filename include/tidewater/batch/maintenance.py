@@ -325,7 +325,7 @@ def maintain_table(
     A table that does not exist yet is skipped (status ``skipped``). ``dry_run`` changes nothing
     and reports what compaction would rewrite and which files vacuum would delete. Each writing
     step holds the table's lock, waiting up to ``table_lock_timeout_seconds`` for a writer
-    (:class:`~tidewater.lake.locks.WriterLockTimeoutError` after that).
+    (:class:`~tidewater.lake.locks.TableLockTimeoutError` after that).
     """
     started = time.monotonic()
     lake, lock = _target(layout, table)
