@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -79,6 +80,13 @@ def delta_rows(layout: PipelineLayout, table: str) -> list[dict[str, Any]]:
     from deltalake import DeltaTable
 
     return DeltaTable(layout.table_uri(table)).to_pyarrow_table().to_pylist()
+
+
+def final_watermark_ms(layout: PipelineLayout, query: str) -> int:
+    """The watermark of a gold query's last micro-batch (Spark's offset log): what its last fold passed."""
+    offsets = layout.checkpoint(query) / "offsets"
+    last = max((p for p in offsets.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+    return int(json.loads(last.read_text().splitlines()[1])["batchWatermarkMs"])
 
 
 def run_stream(spark: SparkSession, settings: Settings, pipeline: str = "rsvps") -> None:

@@ -117,13 +117,16 @@ def fold(
     return state, outputs
 
 
+def _deadline(machine: KeyedMachine, state: Any) -> int | None:
+    """The state's next deadline (None: the machine declares none, or the state waits for none)."""
+    return None if machine.deadline is None else machine.deadline(state)
+
+
 def _expire(machine: KeyedMachine, state: Any, before_ms: int, outputs: list[Output]) -> Any:
     """Fire the state's deadlines earlier than ``before_ms``, in order."""
-    if machine.deadline is None or machine.on_deadline is None:
-        return state
+    due = _deadline(machine, state)
     for _ in range(MAX_DEADLINES):
-        due = machine.deadline(state)
-        if due is None or due >= before_ms:
+        if due is None or due >= before_ms or machine.on_deadline is None:
             return state
         try:
             state, produced = machine.on_deadline(state, due)
@@ -131,9 +134,11 @@ def _expire(machine: KeyedMachine, state: Any, before_ms: int, outputs: list[Out
             log.warning("state machine failed at its deadline %s: %s", due, one_line(exc))
             return state
         outputs += produced
-        if machine.deadline(state) is not None and machine.deadline(state) <= due:  # type: ignore[operator]
+        following = _deadline(machine, state)
+        if following is not None and following <= due:
             log.error("state machine deadline %s did not move on: stopped firing it", due)
             return state
+        due = following
     return state
 
 
@@ -253,7 +258,7 @@ class _Processor(StatefulProcessor):
         rest = [p for p in pending if p[0] >= watermark]
         self.timer.clear()  # the one that fired (Spark deletes it after this call)
         state = json.loads(self.state.get()[0]) if self.state.exists() else None
-        deadline = self.machine.deadline(state) if self.machine.deadline is not None else None
+        deadline = _deadline(self.machine, state)
         outputs: list[Output] = []
         if due or (deadline is not None and deadline < watermark):
             state, outputs = fold(self.machine, state, due, until_ms=watermark)
@@ -263,7 +268,7 @@ class _Processor(StatefulProcessor):
                 self.pending.put(rest)
             else:
                 self.pending.clear()
-            deadline = self.machine.deadline(state) if self.machine.deadline is not None else None
+            deadline = _deadline(self.machine, state)
         wake = [p[0] for p in rest] + ([deadline] if deadline is not None else [])
         if wake:
             self._wake_after(min(wake))

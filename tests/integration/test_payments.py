@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from pipeline_helpers import delta_rows, run_stream, send, wait_for
+from pipeline_helpers import delta_rows, final_watermark_ms, run_stream, send, wait_for
 from tidewater.batch.correction import correct_late_data
 from tidewater.batch.interval import Interval
 from tidewater.batch.ledger import Ledger
@@ -94,13 +94,6 @@ def expected_alerts(payments: dict[str, dict[str, Any]], before_ms: int | None =
 
 def gold_alerts(layout: PipelineLayout) -> list[dict[str, Any]]:
     return delta_rows(layout, "gold/fraud_alerts")
-
-
-def final_watermark_ms(layout: PipelineLayout) -> int:
-    """The watermark of the gold query's last micro-batch (Spark's offset log): what its last fold passed."""
-    offsets = layout.checkpoint(GOLD_QUERY) / "offsets"
-    last = max((p for p in offsets.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
-    return int(json.loads(last.read_text().splitlines()[1])["batchWatermarkMs"])
 
 
 @pytest.fixture(scope="module")
@@ -178,7 +171,7 @@ def test_no_payment_is_lost_or_doubled(lake):
 
 def test_the_stream_raises_the_alerts_the_pure_rules_give(lake):
     payments = valid_payments(lake["records"])
-    expected = expected_alerts(payments, before_ms=final_watermark_ms(lake["layout"]))
+    expected = expected_alerts(payments, before_ms=final_watermark_ms(lake["layout"], GOLD_QUERY))
     rows = gold_alerts(lake["layout"])
     assert Counter(r["alert_id"] for r in rows) == Counter(expected.keys())
     assert {a["rule"] for a in expected.values()} == {"velocity", "amount_spike", "impossible_travel"}
@@ -207,7 +200,7 @@ def test_the_streams_state_equals_a_fold_from_scratch(lake, spark):
         .collect()
     )
     streamed = {row["key"]["card_id"]: json.loads(row["value"]["json"]) for row in state}
-    watermark = final_watermark_ms(layout)
+    watermark = final_watermark_ms(layout, GOLD_QUERY)
     cards: dict[str, list[dict]] = {}
     for p in valid_payments(lake["records"]).values():
         if p["paid_at"] < watermark:
@@ -279,7 +272,7 @@ def test_a_late_payment_is_folded_in_by_the_correction(lake, spark):
 
     end = START + dt.timedelta(hours=1)
     correct_late_data(spark, settings, PAYMENTS, START, end, run_id="payments-late")
-    watermark = final_watermark_ms(layout)
+    watermark = final_watermark_ms(layout, GOLD_QUERY)
     expected = expected_alerts({**payments, "late-payment": late}, before_ms=watermark)
     rows = {r["alert_id"]: r for r in gold_alerts(layout) if r["paid_at"].timestamp() * 1000 < watermark}
     assert set(rows) == set(expected)

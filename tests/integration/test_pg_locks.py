@@ -32,7 +32,7 @@ from tidewater.pipelines import get_pipeline
 from tidewater.pipelines.layout import PipelineLayout
 from tidewater.pipelines.samples import GeneratorConfig
 from tidewater.postgres import LocalPostgres
-from tidewater.streaming.checkpoint import claim, lease_holder
+from tidewater.streaming.checkpoint import Checkpoint, claim, lease_holder
 
 HOLDER = textwrap.dedent(
     """
@@ -171,31 +171,27 @@ def test_a_checkpoint_lease_in_postgres_refuses_a_second_driver_and_frees_with_t
     layout = PipelineLayout.of(settings, get_pipeline("rsvps"))
     lease = layout.checkpoint_lease("bronze")
     assert lease is not None and lease.name == "checkpoint:live/rsvps/bronze"
+
+    def claim_bronze() -> Checkpoint:  # through another mount than the one the holder is seen by
+        return claim(
+            tmp_path / "mount-b" / "bronze",
+            pipeline="rsvps",
+            namespace="live",
+            query="bronze",
+            source="s",
+            target="t",
+            lease=lease,
+        )
+
     holder = hold_elsewhere(postgres, lease.name, 600)  # a driver on another host
     try:
         assert "pid" in (lease_holder(tmp_path / "mount-a", lease) or "")
         with pytest.raises(CheckpointError, match="in use by a running driver"):
-            claim(
-                tmp_path / "mount-b" / "bronze",
-                pipeline="rsvps",
-                namespace="live",
-                query="bronze",
-                source="s",
-                target="t",
-                lease=lease,
-            )
+            claim_bronze()
     finally:
         os.killpg(holder.pid, signal.SIGKILL)
         holder.wait()
-    checkpoint = claim(
-        tmp_path / "mount-b" / "bronze",
-        pipeline="rsvps",
-        namespace="live",
-        query="bronze",
-        source="s",
-        target="t",
-        lease=lease,
-    )
+    checkpoint = claim_bronze()
     try:
         held = lease_holder(tmp_path / "mount-a", lease)
         assert held is not None and f"pid {os.getpid()}" in held and " since " in held

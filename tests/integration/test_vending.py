@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from pipeline_helpers import delta_rows, run_stream, send
+from pipeline_helpers import delta_rows, final_watermark_ms, run_stream, send
 from tidewater.batch.correction import correct_late_data
 from tidewater.batch.interval import Interval
 from tidewater.batch.ledger import Ledger
@@ -90,12 +90,6 @@ def folded(machine: KeyedMachine, events: dict[str, list[dict[str, Any]]], until
         passed = [e for e in per_machine if e["at"] < until_ms]
         rows += fold(machine, None, passed, until_ms=until_ms)[1]
     return rows
-
-
-def final_watermark_ms(layout: PipelineLayout, query: str) -> int:
-    offsets = layout.checkpoint(query) / "offsets"
-    last = max((p for p in offsets.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
-    return int(json.loads(last.read_text().splitlines()[1])["batchWatermarkMs"])
 
 
 def ms(value: dt.datetime | None) -> int | None:

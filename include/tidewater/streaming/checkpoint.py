@@ -82,11 +82,8 @@ class Checkpoint:
 
     def release(self) -> None:
         lease, self._lease = self._lease, None
-        if isinstance(lease, HeldLock):
-            lease.release()
-        elif lease is not None:
-            fcntl.flock(lease, fcntl.LOCK_UN)
-            lease.close()
+        if lease is not None:
+            _release_lease(lease)
 
 
 def lease_holder(path: Path, lease: PostgresLock | None = None) -> str | None:
@@ -113,15 +110,22 @@ def claim(
     except OSError as exc:
         raise CheckpointError(f"cannot use checkpoint directory {path}: {exc.strerror}") from None
     taken = _take_lease(path, lease, f"pid {os.getpid()} on {socket.gethostname()} since {_now()}")
-    checkpoint = Checkpoint(path, CheckpointIdentity(pipeline, namespace, query, source, target, "", ""), taken)
     try:
         wanted = CheckpointIdentity(pipeline, namespace, query, source, target, uuid.uuid4().hex, _now())
-        checkpoint.identity = _reconcile_identity(path, wanted)
+        identity = _reconcile_identity(path, wanted)
         check_spark_logs(path)
     except BaseException:
-        checkpoint.release()
+        _release_lease(taken)
         raise
-    return checkpoint
+    return Checkpoint(path, identity, taken)
+
+
+def _release_lease(lease: IO[str] | HeldLock) -> None:
+    if isinstance(lease, HeldLock):
+        lease.release()
+    else:
+        fcntl.flock(lease, fcntl.LOCK_UN)
+        lease.close()
 
 
 def _take_lease(path: Path, lease: PostgresLock | None, who: str) -> IO[str] | HeldLock:
