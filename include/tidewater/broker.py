@@ -24,7 +24,7 @@ from types import TracebackType
 from typing import Any
 
 from tidewater.errors import BrokerUnreachableError, ConfigError
-from tidewater.s3server import S3Server
+from tidewater.s3server import S3Server, port_free
 
 MEMORY = "memory://tansu/"
 
@@ -187,14 +187,23 @@ class DurableBroker:
     """
 
     def __init__(
-        self, data_dir: Path | str, *, port: int = 0, bucket: str = "tansu", log_dir: Path | None = None
+        self,
+        data_dir: Path | str,
+        *,
+        port: int = 0,
+        bucket: str = "tansu",
+        log_dir: Path | None = None,
+        other_buckets: tuple[str, ...] = (),
     ) -> None:
         self.data_dir = Path(data_dir).absolute()
         self.bucket = bucket
         self.log_dir = log_dir
         self._requested_port = port
+        # other_buckets: the same S3 server also serves them (the cluster profile's lake).
         self.s3 = S3Server(
-            self.data_dir / "s3", buckets=[bucket], log_path=(log_dir / "s3server.log") if log_dir else None
+            self.data_dir / "s3",
+            buckets=[bucket, *other_buckets],
+            log_path=(log_dir / "s3server.log") if log_dir else None,
         )
         self.broker: EmbeddedBroker | None = None
         self.identity: str | None = None
@@ -222,7 +231,7 @@ class DurableBroker:
         if self._requested_port:
             return self._requested_port
         recorded = _read_json(self.data_dir / BROKER_FILE).get("port")
-        if recorded and _port_free(int(recorded)):
+        if recorded and port_free(int(recorded)):
             return int(recorded)
         return free_port()
 
@@ -310,13 +319,3 @@ def _read_json(path: Path) -> dict[str, Any]:
         return dict(json.loads(path.read_text()))
     except (OSError, ValueError):
         return {}
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True

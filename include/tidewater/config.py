@@ -295,6 +295,10 @@ class Settings:
         "local[2]", Pattern(SPARK_MASTER, "local, local[N], local[*], spark://host:port, yarn or k8s://...")
     )
     spark_driver_memory: str = setting("2g", JvmMemory(minimum=450 << 20))
+    # On a cluster master only (spark://, yarn, k8s): each job's share. One core per job lets one worker
+    # run every stream and batch job side by side (a job takes all free cores by default).
+    spark_cores_max: int = setting(1, Range(ge=1, le=100_000))
+    spark_executor_memory: str = setting("1g", JvmMemory(minimum=450 << 20))
     spark_shuffle_partitions: int = setting(2, Range(ge=1, le=100_000))
     trigger_seconds: float = setting(1.0, Range(gt=0, le=86_400))
     # Gold MERGEs less often: fewer small commits, more CPU for silver.
@@ -323,6 +327,15 @@ class Settings:
     # Airflow (the embedded default: SQLite + LocalExecutor, components as separate processes).
     airflow_port: int = setting(8080, Range(ge=1, le=65535))
     airflow_parallelism: int = setting(4, Range(ge=1, le=1024))
+    # Airflow's metadata database (SQLAlchemy URL); empty: SQLite under <state_dir>/airflow, which
+    # serialises every write (the cluster profile sets a PostgreSQL one).
+    airflow_database_url: str = setting(
+        "",
+        Pattern(
+            r"(sqlite:///\S+|postgresql(\+\w+)?://\S+|mysql(\+\w+)?://\S+)?",
+            "empty, sqlite:///PATH or postgresql://...",
+        ),
+    )
     supervise_schedule: str = setting("*/1 * * * *", Schedule())
     batch_schedule: str = setting("@hourly", Schedule())
     # First data interval of the scheduled batch DAGs (ISO-8601). Empty: the DAGs start paused at a

@@ -51,6 +51,10 @@ class LocalPostgres:
     def dsn(self) -> str:
         return f"host=127.0.0.1 port={self.port} user=postgres dbname={self.database} connect_timeout=10"
 
+    def url(self, database: str | None = None) -> str:
+        """The SQLAlchemy URL of ``database`` (default: this server's), for Airflow's metadata."""
+        return f"postgresql+psycopg2://postgres@127.0.0.1:{self.port}/{database or self.database}"
+
     @property
     def log_path(self) -> Path:
         return self.data_dir.parent / f"{self.data_dir.name}.log"
@@ -93,10 +97,17 @@ class LocalPostgres:
             log = self.log_path.read_text(errors="replace")[-800:] if self.log_path.exists() else ""
             raise PostgresError(f"PostgreSQL did not start on 127.0.0.1:{self.port}: {started.stderr.strip()} {log}")
         self._started = True
-        self._create_database()
+        self.create_database(self.database)
         return self
 
-    def _create_database(self) -> None:
+    def adopt(self, pid: int) -> bool:
+        """Take charge of this folder's server started by an earlier process (``tidewater cluster up``),
+        if ``pid`` (what that process recorded) is still its postmaster; :meth:`stop` then stops it."""
+        self._started = self.pid() == pid and self.running(pid)
+        return self._started
+
+    def create_database(self, name: str) -> None:
+        """Create database ``name`` unless it exists."""
         import psycopg2
 
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -111,9 +122,9 @@ class LocalPostgres:
         try:
             connection.autocommit = True
             with connection.cursor() as cursor:
-                cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", (self.database,))
+                cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
                 if cursor.fetchone() is None:
-                    cursor.execute(f'CREATE DATABASE "{self.database}"')
+                    cursor.execute(f'CREATE DATABASE "{name}"')
         finally:
             connection.close()
 

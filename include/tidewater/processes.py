@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from types import FrameType
 
@@ -36,6 +37,57 @@ def signal_group(pgid: int, sig: int) -> None:
     """Signal a process group; one that is already gone (or not ours to signal) is left alone."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
+
+
+def command_line(pid: int) -> str | None:
+    """``pid``'s command line, arguments joined by spaces; None when it is gone or a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
+                return None
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            return cmdline.read().replace(b"\0", b" ").decode(errors="replace")
+    except (OSError, IndexError):
+        return None
+
+
+def group_members(pgid: int) -> list[tuple[int, str]]:
+    """(pid, command line) of the live processes in process group ``pgid``."""
+    members = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            if int(fields[2]) != pgid or fields[0] == "Z":
+                continue
+            with open(f"/proc/{entry.name}/cmdline", "rb") as cmdline:
+                cmd = cmdline.read().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, IndexError, ValueError):
+            continue
+        members.append((int(entry.name), cmd))
+    return members
+
+
+def end_groups(groups: Mapping[int, str], *, timeout_s: float) -> list[int]:
+    """SIGTERM each process group ``pgid`` of ``groups`` (leaders another process of ours started and
+    recorded, each with the ``marker`` its command line must still contain: a recorded pid reused by
+    another program is never signalled), all at once; SIGKILL what is left after ``timeout_s``.
+    Returns the groups that were ours and are gone."""
+    ours = [pgid for pgid, marker in groups.items() if marker in (command_line(pgid) or "\0")]
+    for pgid in ours:
+        signal_group(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while any(group_members(g) for g in ours) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for pgid in ours:
+        if group_members(pgid):
+            signal_group(pgid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while any(group_members(g) for g in ours) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return ours
 
 
 def stop_process_group(process: subprocess.Popen[bytes], *, timeout_s: float) -> None:

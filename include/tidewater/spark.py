@@ -76,6 +76,11 @@ def session_conf(settings: Settings, environ: Mapping[str, str] | None = None) -
         "spark.log.level": "WARN",
     }
     if not is_local_master(settings.spark_master):
+        conf |= {
+            "spark.cores.max": str(settings.spark_cores_max),
+            "spark.executor.cores": str(settings.spark_cores_max),
+            "spark.executor.memory": settings.spark_executor_memory,
+        }
         # Secrets among them are redacted wherever Spark shows its conf (spark.redaction.regex).
         conf |= {f"spark.executorEnv.{name}": value for name, value in executor_env(settings, environ).items()}
     return conf

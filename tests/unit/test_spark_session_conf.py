@@ -13,6 +13,7 @@ def test_a_local_master_shares_the_drivers_environment():
     assert conf["spark.sql.streaming.stateStore.providerClass"] == ROCKSDB_PROVIDER
     assert conf["spark.sql.session.timeZone"] == "UTC"
     assert not [key for key in conf if key.startswith("spark.executorEnv.")]
+    assert "spark.cores.max" not in conf  # local[N] has its N threads, nothing to share
     assert all(is_local_master(m) for m in ("local", "local[2]", "local[*]", "local[2,3]"))
     assert not any(is_local_master(m) for m in ("spark://127.0.0.1:7077", "yarn", "k8s://https://h:443"))
 
@@ -34,6 +35,12 @@ def test_a_cluster_masters_executors_get_the_settings_and_the_s3_endpoint_and_cr
     assert forwarded["TIDEWATER_LAKE_ROOT"] == "s3://lake/tidewater"
     assert forwarded["TIDEWATER_KAFKA_BOOTSTRAP_SERVERS"] == "127.0.0.1:9092"
     assert {k for k in forwarded if k.startswith("TIDEWATER_")} == set(settings.to_env())
+
+
+def test_each_job_on_a_cluster_takes_its_share_not_every_free_core():
+    settings = Settings(spark_master="spark://127.0.0.1:7077", spark_cores_max=2, spark_executor_memory="3g")
+    conf = session_conf(settings, {})
+    assert (conf["spark.cores.max"], conf["spark.executor.cores"], conf["spark.executor.memory"]) == ("2", "2", "3g")
 
 
 def test_an_endpoint_in_the_environment_wins_and_nothing_unset_is_forwarded():

@@ -99,7 +99,7 @@ def airflow_environment(settings: Settings, airflow_secrets: AirflowSecrets) -> 
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{ADMIN_USER}:admin",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords_file(settings)),
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{api_url(settings)}/execution/",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": settings.airflow_database_url or f"sqlite:///{home / 'airflow.db'}",
         "AIRFLOW__API__HOST": "127.0.0.1",
         "AIRFLOW__API__PORT": str(settings.airflow_port),
         "AIRFLOW__API__BASE_URL": api_url(settings),

@@ -53,13 +53,14 @@ class LocalAirflow:
     settings: Settings
     secrets: AirflowSecrets = field(init=False)
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    extra_env: dict[str, str] = field(default_factory=dict)  # e.g. the cluster profile's S3 credentials
 
     def __post_init__(self) -> None:
         self.secrets = ensure_secrets(self.settings)
 
     @property
     def env(self) -> dict[str, str]:
-        return {**os.environ, **airflow_environment(self.settings, self.secrets)}
+        return {**os.environ, **self.extra_env, **airflow_environment(self.settings, self.secrets)}
 
     @property
     def url(self) -> str:

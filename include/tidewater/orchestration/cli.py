@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from tidewater.config import Settings
 from tidewater.errors import TidewaterError
 from tidewater.processes import StopOnSignal
+
+if TYPE_CHECKING:
+    from tidewater.orchestration.platform import Generators
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,7 +25,21 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="keep the embedded broker's log on the embedded S3 server (<state dir>/broker): a new run resumes "
         "the last one instead of archiving it (tansu 0.6.0 reads slower as its log grows: see the README)",
     )
+    platform.add_argument(
+        "--profile",
+        choices=("embedded", "cluster"),
+        default="embedded",
+        help="embedded (default): one process tree on this host; cluster: the services of `tidewater cluster up` "
+        "(started first if they are not running, and stopped at the end if this command started them)",
+    )
     platform.set_defaults(func=cmd_platform)
+
+    cluster = sub.add_parser(
+        "cluster",
+        help="the cluster profile on this host: PostgreSQL, S3 server, durable broker, Spark standalone, Airflow",
+    )
+    cluster.add_argument("action", choices=("up", "down", "status", "env"))
+    cluster.set_defaults(func=cmd_cluster)
 
     stop = sub.add_parser("stop", help="stop the platform running from this state folder")
     stop.add_argument("--timeout", type=float, default=180.0)
@@ -33,13 +51,45 @@ def register(sub: argparse._SubParsersAction) -> None:
     streams.set_defaults(func=cmd_streams)
 
 
+def cmd_cluster(args: argparse.Namespace, settings: Settings) -> int:
+    import shlex
+
+    from tidewater.orchestration.cluster import Cluster
+
+    cluster = Cluster(settings)
+    if args.action == "up":
+        cluster.up(progress=_say)
+        for status in cluster.status():
+            print(status.line())
+        print('tidewater: point any command at it with: eval "$(./tw cluster env)"')
+    elif args.action == "down":
+        cluster.down(progress=_say)
+    elif args.action == "status":
+        statuses = cluster.status()
+        if not statuses:
+            print(f"tidewater: no cluster was started from {cluster.dir}")
+            return 1
+        for status in statuses:
+            print(status.line())
+        return 0 if all(s.up for s in statuses) else 1
+    else:
+        for name, value in sorted(cluster.settings() and cluster.environment().items()):
+            print(f"export {name}={shlex.quote(value)}")
+    return 0
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
 def cmd_platform(args: argparse.Namespace, settings: Settings) -> int:
     """Broker, generator, Airflow (which starts and supervises the streams) until Ctrl-C or ``tidewater stop``."""
+    if args.profile == "cluster":
+        return _platform_on_cluster(args, settings)
     from tidewater.broker import DurableBroker, EmbeddedBroker
     from tidewater.orchestration.airflow_env import passwords_file
     from tidewater.orchestration.airflow_local import LocalAirflow
-    from tidewater.orchestration.platform import PlatformState, StreamReporter, start_generator
-    from tidewater.pipelines import all_pipelines
+    from tidewater.orchestration.platform import PlatformState, StreamReporter
 
     state = PlatformState(settings)
     state.claim()  # one platform per state folder
@@ -78,15 +128,7 @@ def cmd_platform(args: argparse.Namespace, settings: Settings) -> int:
             settings = settings.replace(kafka_bootstrap_servers=broker.bootstrap_servers)
             print(f"tidewater: embedded Kafka broker (tansu, {kind}) on {broker.bootstrap_servers}", flush=True)
         settings = settings.replace(batch_start_date=settings.batch_start_date or state.first_start_hour())
-        from tidewater.generator.producer import ensure_topic
-
-        for pipeline in all_pipelines(settings).values():
-            for source in pipeline.sources:
-                ensure_topic(settings, settings.topic(source.topic), settings.kafka_topic_partitions)
-        if args.rate > 0:
-            generator = start_generator(settings, rate=args.rate, seed=args.seed, stop=stopper.event)
-            fed = ", ".join(generator.pipelines) or "none (no pipeline declares sample events)"
-            print(f"tidewater: generator producing ~{args.rate:g} events/s to each pipeline: {fed}", flush=True)
+        generator = _feed(args, settings, stopper)
 
         print("tidewater: starting Airflow (api-server, scheduler, dag-processor, triggerer)...", flush=True)
         airflow = LocalAirflow(settings)
@@ -126,10 +168,78 @@ def cmd_platform(args: argparse.Namespace, settings: Settings) -> int:
         state.release()
 
 
+def _feed(args: argparse.Namespace, settings: Settings, stopper: StopOnSignal) -> Generators | None:
+    """Every pipeline's topics, and the sample-event generator unless ``--rate 0``."""
+    from tidewater.generator.producer import ensure_topic
+    from tidewater.orchestration.platform import start_generator
+    from tidewater.pipelines import all_pipelines
+
+    for pipeline in all_pipelines(settings).values():
+        for source in pipeline.sources:
+            ensure_topic(settings, settings.topic(source.topic), settings.kafka_topic_partitions)
+    if args.rate <= 0:
+        return None
+    generator = start_generator(settings, rate=args.rate, seed=args.seed, stop=stopper.event)
+    fed = ", ".join(generator.pipelines) or "none (no pipeline declares sample events)"
+    print(f"tidewater: generator producing ~{args.rate:g} events/s to each pipeline: {fed}", flush=True)
+    return generator
+
+
+def _platform_on_cluster(args: argparse.Namespace, settings: Settings) -> int:
+    """The platform on the cluster profile's services: they run Airflow and the streams; this command
+    feeds the topics and reports until Ctrl-C (stopping the cluster only if it started it)."""
+    from tidewater.orchestration.cluster import Cluster
+    from tidewater.orchestration.platform import PlatformState, StreamReporter
+
+    cluster = Cluster(settings)
+    stopper = StopOnSignal().install()
+    started = False
+    state: PlatformState | None = None
+    generator = None
+    try:
+        started = cluster.up(progress=_say)
+        settings = cluster.settings()
+        state = PlatformState(settings)
+        state.claim()
+        generator = _feed(args, settings, stopper)
+        for status in cluster.status():
+            print(status.line(), flush=True)
+        print(f"tidewater: Airflow UI at http://127.0.0.1:{settings.airflow_port}  (user admin)", flush=True)
+        print("tidewater: the supervising DAG submits each pipeline's stream to the Spark master", flush=True)
+        print(f"tidewater: lake at {settings.lake_uri}/{settings.namespace}/", flush=True)
+        print(
+            "tidewater: Ctrl-C (or ./tw stop) stops the generator"
+            + (" and the cluster" if started else " (the cluster was running before: ./tw cluster down)"),
+            flush=True,
+        )
+        reporter = StreamReporter(settings)
+        while not stopper.event.wait(args.report_seconds):
+            if generator is not None and generator.error:
+                raise TidewaterError(f"generator failed: {generator.error}")
+            down = [s.name for s in cluster.status() if not s.up]
+            if down:
+                raise TidewaterError(f"cluster service(s) stopped: {', '.join(down)}: see {cluster.dir}/logs")
+            print(reporter.report(), flush=True)
+        print("tidewater: stopping", flush=True)
+        return 0
+    finally:
+        stopper.event.set()
+        if generator is not None:
+            generator.join(timeout=10)
+        if started:
+            cluster.down(progress=_say)
+        if state is not None:
+            state.release()
+
+
 def cmd_stop(args: argparse.Namespace, settings: Settings) -> int:
+    from tidewater.orchestration.cluster import Cluster
     from tidewater.orchestration.platform import PlatformState
 
     pid = PlatformState(settings).signal_stop(timeout_s=args.timeout)
+    cluster = Cluster(settings)
+    if pid is None and cluster.environment():  # the platform on the cluster profile keeps its own state
+        pid = PlatformState(cluster.settings()).signal_stop(timeout_s=args.timeout)
     print(f"tidewater: platform (pid {pid}) stopped" if pid else "tidewater: no platform is running here")
     return 0
 
