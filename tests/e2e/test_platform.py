@@ -36,10 +36,10 @@ from tidewater.config import Settings
 from tidewater.generator.producer import ensure_topic
 from tidewater.orchestration.airflow_local import AirflowError, LocalAirflow
 from tidewater.orchestration.platform import start_generator
-from tidewater.orchestration.supervisor import RUNNING, STOPPED, StreamControl, group_members
+from tidewater.orchestration.supervisor import RUNNING, STOPPED, StreamControl
 from tidewater.pipelines import get_pipeline
 from tidewater.pipelines.layout import PipelineLayout
-from tidewater.processes import alive
+from tidewater.processes import alive, group_members
 
 pytestmark = [pytest.mark.slow, pytest.mark.airflow]
 

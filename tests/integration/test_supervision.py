@@ -205,6 +205,6 @@ def test_crash_looping_stream_is_failed_then_resumed(kafka_settings, make_topic,
 
 
 def _group(pgid: int) -> list[int]:
-    from tidewater.orchestration.supervisor import group_members
+    from tidewater.processes import group_members
 
     return [pid for pid, _ in group_members(pgid)]

@@ -119,8 +119,9 @@ class Cluster:
 
     # ---- up -----------------------------------------------------------------------------------------
 
-    def up(self, progress: Progress = print) -> bool:
-        """Start every service (a no-op when all are up); False if it was up already."""
+    def up(self, progress: Progress = print, *, airflow: bool = True) -> bool:
+        """Start every service (a no-op when all are up); False if it was up already. Without
+        ``airflow`` nothing supervises streams: the services alone, for a benchmark's own jobs."""
         statuses = self.status()
         if statuses and all(s.up for s in statuses):
             progress(f"tidewater: the cluster in {self.dir} is up already")
@@ -200,7 +201,8 @@ class Cluster:
             }
             record["env"] = env
             self._write(record)
-            self._start_airflow(record, progress)
+            if airflow:
+                self._start_airflow(record, progress)
         except BaseException:
             self._write(record)
             self.down(progress)

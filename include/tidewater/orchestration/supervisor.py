@@ -2,9 +2,17 @@
 
 The streaming job is a detached ``spark-submit`` (its own session), never a task that occupies a
 worker slot forever. What says a driver is alive is the checkpoint lease it holds (an ``flock``
-the kernel drops when the process dies; :mod:`tidewater.streaming.checkpoint`), not anything
-Airflow remembers: so a stream keeps running while Airflow is down, and Airflow coming back sees
-the lease and starts no second copy (the driver itself also refuses a held checkpoint).
+the kernel drops when the process dies, or a PostgreSQL advisory lock the server drops;
+:mod:`tidewater.streaming.checkpoint`), not anything Airflow remembers: so a stream keeps running
+while Airflow is down, and Airflow coming back sees the lease and starts no second copy (the driver
+itself also refuses a held checkpoint).
+
+**Stopping works wherever the driver runs.** :meth:`StreamControl.stop` first writes a stop request
+beside the checkpoints (:mod:`tidewater.streaming.stop_request`), which the driver polls on any host
+that shares the checkpoint storage: it stops its queries cleanly, releases its leases and exits 0.
+Only if the leases are still held after the stop timeout are signals sent, and only to drivers on
+this host (a lease names its holder's host); ``events.jsonl`` says how each stop ended
+(``how``: ``request``, ``signal``, or ``unfinished`` when a driver elsewhere did not stop in time).
 
 Per pipeline and namespace, ``<state_dir>/streams/<namespace>/<pipeline>/`` holds:
 
@@ -37,6 +45,7 @@ import json
 import os
 import re
 import signal
+import socket
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -47,13 +56,15 @@ from tidewater.config import Settings
 from tidewater.errors import ConfigError, TidewaterError
 from tidewater.pipelines import get_pipeline
 from tidewater.pipelines.layout import PipelineLayout
-from tidewater.processes import alive, signal_group
+from tidewater.processes import alive, group_members, signal_group
 from tidewater.streaming.checkpoint import lease_holder
 from tidewater.streaming.progress import read_progress
+from tidewater.streaming.stop_request import clear_request, read_request, write_request
 
 RUNNING, STARTING, STALLED, DEAD, STOPPED, FAILED = "running", "starting", "stalled", "dead", "stopped", "failed"
 _PID = re.compile(r"pid (\d+)")
 _SINCE = re.compile(r"since (\S+)")
+_HOST = re.compile(r"pid \d+ on ([^\s,()]+)")
 _NO_ERROR = "no error reported (killed by a signal, or out of memory?)"
 
 # Deaths further apart than this (first to last) are not one crash loop, however many there were.
@@ -61,6 +72,12 @@ CRASH_LOOP_WINDOW_SECONDS = 3600.0
 ENDED = ("died", "stalled")  # events of a launch that ended without being asked to
 RESETS = ("resume", "desired")  # a person decided: the attempts are counted again from zero
 _EVENTS_TAIL_BYTES = 256 * 1024  # enough for hundreds of events; a crash loop needs the last few
+# How a stop ended (the ``how`` of a ``stop`` event): the driver answered the stop request; signals to
+# a driver on this host ended it; or the leases were still held when stop() gave up (a driver on
+# another host that did not answer in time: the next supervision round asks again).
+BY_REQUEST, BY_SIGNAL, UNFINISHED = "request", "signal", "unfinished"
+SIGNAL_GRACE_SECONDS = 10.0  # after the request's timeout: SIGTERM, then SIGKILL this much later
+EXIT_GRACE_SECONDS = 10.0  # a driver that released its leases may finish exiting before its JVM is reaped
 
 
 class StreamIncidentError(TidewaterError):
@@ -268,19 +285,25 @@ class StreamControl:
 
     def leases(self) -> dict[str, tuple[int, float] | None]:
         """Query -> (pid, unix time claimed) of the driver holding its checkpoint lease, None if free."""
-        out: dict[str, tuple[int, float] | None] = {}
+        return {query: None if held is None else held[:2] for query, held in self.lease_holders().items()}
+
+    def lease_holders(self) -> dict[str, tuple[int, float, str] | None]:
+        """Query -> (pid, unix time claimed, host) of the driver holding its checkpoint lease, None if
+        free (pid -1 and host "" when the holder did not say)."""
+        out: dict[str, tuple[int, float, str] | None] = {}
         for query in self.queries:
             holder = lease_holder(self.layout.checkpoint(query), self.layout.checkpoint_lease(query))
-            if holder is None:
-                out[query] = None
-                continue
-            pid, since = _PID.search(holder), _SINCE.search(holder)
-            claimed = dt.datetime.fromisoformat(since.group(1)).timestamp() if since else 0.0
-            out[query] = (int(pid.group(1)) if pid else -1, claimed)
+            out[query] = None if holder is None else parse_holder(holder)
         return out
 
     def lease_pids(self) -> set[int]:
+        """The pids of the drivers holding leases, wherever they run (see :meth:`local_lease_pids`)."""
         return {held[0] for held in self.leases().values() if held is not None}
+
+    def local_lease_pids(self) -> set[int]:
+        """The pids of lease holders running on this host: the only ones a signal can reach."""
+        here = socket.gethostname()
+        return {held[0] for held in self.lease_holders().values() if held and held[0] > 0 and held[2] == here}
 
     def health(self) -> StreamHealth:
         desired = self.desired()
@@ -325,12 +348,16 @@ class StreamControl:
                 return make(STALLED, pid, f"no heartbeat from {stale} for {oldest:.0f} s", oldest)
             return make(RUNNING, pid, "", oldest)
         pid = driver.get("pid")
+        # A launch on another host (shared state) cannot be checked by pid here: within the start-up
+        # time it is taken to be starting, rather than launching a second driver beside it.
+        launched_here = driver.get("host", socket.gethostname()) == socket.gethostname()
         if (
             pid
-            and alive(int(pid))
+            and (alive(int(pid)) if launched_here else not driver.get("stopped_on_purpose"))
             and now - float(driver.get("launched_unix", 0)) < self.settings.stream_startup_seconds
         ):
-            return make(STARTING, int(pid), "launched, not yet holding its checkpoints")
+            where = "" if launched_here else f" on {driver.get('host')}"
+            return make(STARTING, int(pid), f"launched{where}, not yet holding its checkpoints")
         if desired == STOPPED:
             return make(STOPPED, None, "stopped on request" if driver else "never started")
         failed = driver.get("failed")
@@ -342,7 +369,7 @@ class StreamControl:
                 error=str(failed.get("error", "")),
                 attempts=int(failed.get("attempts", 0)),
             )
-        if driver.get("stopped_on_purpose") or not driver:
+        if driver.get("stopped_on_purpose") or not driver or self._stop_requested_since(driver):
             return make(STOPPED, None, "stopped on request" if driver else "never started")
         error = _last_error(self.log_path, int(driver.get("log_offset", 0)))
         return make(DEAD, None, f"driver exited: {error}", error=error)
@@ -359,14 +386,22 @@ class StreamControl:
         self.dir.mkdir(parents=True, exist_ok=True)
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         batches = self.batches()
+        # The launch time goes to the driver: a stop request older than it is the last driver's and is
+        # ignored. The last one is also removed (a request written from now on is for this launch).
+        launched = time.time()
+        clear_request(self.layout.stop_request())
         process = launch_stream_job(
-            self.settings, self.pipeline.name, self.log_path, extra_args=["--namespace", self.layout.namespace]
+            self.settings,
+            self.pipeline.name,
+            self.log_path,
+            extra_args=["--namespace", self.layout.namespace, "--launched-at", f"{launched:.3f}"],
         )
         write_json(
             self.dir / "driver.json",
             {
                 "pid": process.pid,
-                "launched_unix": time.time(),
+                "host": socket.gethostname(),
+                "launched_unix": launched,
                 "launched_at": _now(),
                 "reason": reason,
                 "log_offset": offset,
@@ -391,34 +426,84 @@ class StreamControl:
         self.set_desired(RUNNING, by=by)
         return self.start(reason=f"resume requested by {by} (after {current.attempts} failed starts)")
 
-    def stop(self, *, reason: str, timeout_s: float | None = None) -> StreamHealth:
-        """Ask the driver to stop (SIGTERM: it stops its queries cleanly), SIGKILL its process group
-        if it has not released its checkpoints within ``timeout_s``. Bounded: returns within
-        ``timeout_s`` + a few seconds."""
+    def stop(
+        self, *, reason: str, timeout_s: float | None = None, by: str | None = None, signals: bool = True
+    ) -> StreamHealth:
+        """Stop the streaming job wherever its driver runs; returns within ``timeout_s`` + about 25 s.
+
+        1. Write a stop request beside the checkpoints (:mod:`tidewater.streaming.stop_request`) and wait
+           up to ``timeout_s`` for the leases to be free: the driver, on any host, polls the request,
+           stops its queries cleanly, releases its leases and exits 0. A driver still starting (launched
+           but not yet holding its checkpoints) finds the request when it gets to its loop.
+        2. Only if the leases are still held then: SIGTERM the drivers on this host, SIGKILL their
+           process groups :data:`SIGNAL_GRACE_SECONDS` later. A driver on another host cannot be
+           signalled: the stop is recorded ``unfinished`` (a later supervision round asks again).
+        3. A local job that answered gets :data:`EXIT_GRACE_SECONDS` to exit by itself; what is left of
+           its process group then (its JVM) is SIGKILLed.
+
+        ``signals=False`` sends no signal at all, as if every driver ran elsewhere. ``by`` is who asks (the
+        driver logs ``stop requested by <by>: <reason>``). The ``stop`` event in ``events.jsonl`` records
+        ``how`` it ended (``request``, ``signal`` or ``unfinished``) and ``forced`` (not by request).
+        """
         timeout = self.settings.stream_stop_timeout_seconds if timeout_s is None else timeout_s
         driver = self.driver()
         if driver:
             write_json(self.dir / "driver.json", {**driver, "stopped_on_purpose": True})
-        # SIGTERM the Python driver (it stops its queries cleanly, then its JVM ends); before it holds
-        # its checkpoints, the launched spark-submit itself.
-        pids = {pid for pid in self.lease_pids() if pid > 0}
-        launched = int(driver["pid"]) if driver.get("pid") and alive(int(driver["pid"])) else None
-        if not pids and launched is None:
-            return self.health()
-        groups = {g for g in (_pgid(p) for p in {*pids, launched} if p) if g is not None and g != os.getpgid(0)}
-        for pid in pids or {launched}:
-            _kill(pid, signal.SIGTERM)
+        request = write_request(self.layout.stop_request(), by=by or _requester(), reason=reason)
+        holders = sorted({(held[0], held[2]) for held in self.lease_holders().values() if held is not None})
+        here = socket.gethostname()
+        local = {pid for pid, host in holders if pid > 0 and host == here}
+        # The launched spark-submit, when it was launched on this host (a record without a host predates
+        # hosts: it was). Before the driver holds its checkpoints, its end is what the stop waits for.
+        launched = int(driver["pid"]) if driver.get("pid") and driver.get("host", here) == here else None
+        launched = launched if launched is not None and alive(launched) else None
+        if not holders and launched is None:
+            return self.health()  # nothing runs (a driver starting elsewhere will find the request)
+        own_group = os.getpgid(0)
+        groups = {g for g in (_pgid(p) for p in {*local, launched} if p) if g is not None and g != own_group}
+
+        def running() -> bool:
+            return bool(self.lease_pids()) or (launched is not None and not holders and alive(launched))
+
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and (self.lease_pids() or (launched and alive(launched) and not pids)):
+        while running() and time.monotonic() < deadline:
             time.sleep(0.5)
-        forced = bool(self.lease_pids())
-        for group in groups:  # the JVM and workers of the job, also after a clean driver exit
-            signal_group(group, signal.SIGKILL)
-        self._event("stop", pids=sorted(pids), reason=reason, forced=forced)
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and (self.lease_pids() or any(group_members(g) for g in groups)):
-            time.sleep(0.2)
+        answered = not running()
+        signalled = not answered and signals and (bool(local) or launched is not None)
+        if signalled:
+            for pid in local or {launched}:
+                _kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + min(SIGNAL_GRACE_SECONDS, max(timeout, 1.0))
+            while running() and time.monotonic() < deadline:
+                time.sleep(0.5)
+        elif answered and groups:
+            deadline = time.monotonic() + EXIT_GRACE_SECONDS  # let a local job finish exiting by itself
+            while any(group_members(g) for g in groups) and time.monotonic() < deadline:
+                time.sleep(0.2)
+        if signals:
+            for group in groups:  # the JVM and workers of the job, also after a clean driver exit
+                signal_group(group, signal.SIGKILL)
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline and (running() or any(group_members(g) for g in groups)):
+                time.sleep(0.2)
+        how = BY_REQUEST if answered else (UNFINISHED if running() else BY_SIGNAL)
+        self._event(
+            "stop",
+            pids=sorted(local),
+            holders=[f"pid {pid} on {host or 'an unknown host'}" for pid, host in holders],
+            reason=reason,
+            by=request.by,
+            request=request.id,
+            how=how,
+            forced=how != BY_REQUEST,
+        )
         return self.health()
+
+    def _stop_requested_since(self, driver: Mapping[str, Any]) -> bool:
+        """Was a stop requested after the last launch (by any supervisor, on any host)?"""
+        request = read_request(self.layout.stop_request())
+        launched = driver.get("launched_unix")
+        return request is not None and isinstance(launched, int | float) and request.requested_at >= launched
 
     def reap_leftovers(self) -> list[int]:
         """SIGKILL what is left of the last launched job's process group (a JVM whose Python driver was
@@ -534,22 +619,20 @@ def _last_error(log_path: Path, offset: int = 0) -> str:
     return line if f"tidewater: {line}" in tail else _NO_ERROR
 
 
-def group_members(pgid: int) -> list[tuple[int, str]]:
-    """(pid, command line) of the live processes in process group ``pgid``."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            fields = stat.rsplit(")", 1)[1].split()
-            if int(fields[2]) != pgid or fields[0] == "Z":
-                continue
-            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except (OSError, IndexError, ValueError):
-            continue
-        members.append((int(entry.name), cmd))
-    return members
+def parse_holder(holder: str) -> tuple[int, float, str]:
+    """(pid, unix time claimed, host) from what a lease holder recorded (``pid 12 on host-a since
+    2026-01-02T03:04:05+00:00``, with the PostgreSQL backend followed by its own bookkeeping); pid -1,
+    time 0 and host "" for what it did not say."""
+    pid, since, host = _PID.search(holder), _SINCE.search(holder), _HOST.search(holder)
+    try:
+        claimed = dt.datetime.fromisoformat(since.group(1)).timestamp() if since else 0.0
+    except ValueError:
+        claimed = 0.0
+    return (int(pid.group(1)) if pid else -1, claimed, host.group(1) if host else "")
+
+
+def _requester() -> str:
+    return f"supervisor on {socket.gethostname()} (pid {os.getpid()})"
 
 
 def _pgid(pid: int) -> int | None:

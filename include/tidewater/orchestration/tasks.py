@@ -65,7 +65,7 @@ def control_stream(params: Mapping[str, Any], run_id: str) -> dict[str, Any]:
         health = control.resume(by=by)
     if action in ("stop", "restart"):
         control.set_desired(STOPPED, by=by)
-        health = control.stop(reason=f"{action} requested by {by}")
+        health = control.stop(reason=action, by=by)
         log.info("stopped: %s", health.summary())
     if action in ("start", "restart"):
         control.set_desired(RUNNING, by=by)

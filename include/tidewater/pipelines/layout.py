@@ -7,6 +7,7 @@
     <lake root>/<namespace>/<pipeline>/reports/<id>/   (Data Docs of one audit run: index.html)
     <checkpoint root>/<namespace>/<pipeline>/<query>
     <checkpoint root>/<namespace>/<pipeline>/_locks/<table>.lock   (see tidewater.lake.locks)
+    <checkpoint root>/<namespace>/<pipeline>/stop-request.json     (see tidewater.streaming.stop_request)
 
 The namespace is ``live`` for the tables people query; a sandbox replay uses another one, so it
 can never touch live tables or live checkpoints.
@@ -56,6 +57,11 @@ class PipelineLayout:
 
     def checkpoint(self, query: str) -> Path:
         return self.settings.checkpoint_dir / self.namespace / self.pipeline.name / query
+
+    def stop_request(self) -> Path:
+        """Where a supervisor asks the pipeline's running driver to stop: beside its checkpoints, so a
+        driver on any host that shares the checkpoint storage sees it (see tidewater.streaming.stop_request)."""
+        return self.settings.checkpoint_dir / self.namespace / self.pipeline.name / "stop-request.json"
 
     def progress_dir(self) -> Path:
         return Path(self.settings.state_dir).absolute() / "progress" / self.namespace / self.pipeline.name

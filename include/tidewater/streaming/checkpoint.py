@@ -9,6 +9,9 @@
   ``postgres`` lock backend the lease is a PostgreSQL advisory lock named after the query instead
   (:class:`tidewater.lake.pg_locks.PostgresLock`, timeout 0): it also refuses a driver on another
   host or another mount of a shared checkpoint folder, and the server frees it when the driver dies.
+  Either way the holder is recorded as ``pid <pid> on <host> since <time>``: a supervisor signals only
+  a holder on its own host, and asks any other to stop with a stop request
+  (:mod:`tidewater.streaming.stop_request`), which the driver polls and answers by releasing its leases.
 * **Sanity**: Spark's offset and commit logs must parse, and the state-store files a stateful
   (gold) query needs to resume its latest committed batch must exist and be whole; a corrupt one is
   reported in one line instead of a JVM stack trace.

@@ -1,4 +1,9 @@
-"""``tidewater stream PIPELINE``: run a pipeline's streaming queries (what spark_jobs/stream.py calls)."""
+"""``tidewater stream PIPELINE``: run a pipeline's streaming queries (what spark_jobs/stream.py calls).
+
+The long-running job ends, exiting 0 after releasing its checkpoint leases, on SIGTERM/SIGINT or on a
+stop request written beside its checkpoints after ``--launched-at`` (see
+:mod:`tidewater.streaming.stop_request`).
+"""
 
 from __future__ import annotations
 
@@ -16,6 +21,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--available-now", action="store_true", help="process what is available, tier by tier, then exit"
     )
     stream.add_argument("--trigger-seconds", type=float, default=None)
+    stream.add_argument(
+        "--launched-at",
+        type=float,
+        default=None,
+        help="unix time the job was launched (by the supervisor); stop requests older than it are ignored",
+    )
     stream.set_defaults(func=cmd_stream)
 
 
@@ -26,7 +37,7 @@ def cmd_stream(args: argparse.Namespace, settings: Settings) -> int:
 
     pipeline = get_pipeline(args.pipeline)
     stopper = StopOnSignal().install()
-    streams = PipelineStreams(settings, pipeline, namespace=args.namespace)
+    streams = PipelineStreams(settings, pipeline, namespace=args.namespace, launched_at=args.launched_at)
     spark = None
     try:
         streams.preflight()  # one-line errors before a JVM starts (no Kafka servers set, too)

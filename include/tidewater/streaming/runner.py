@@ -10,7 +10,11 @@ and gold without Kafka. Two ways to run:
 
 * :meth:`PipelineStreams.run_forever`: all queries at once on a processing-time trigger (the
   long-running job), until a stop is requested or a query fails (then all stop, and the error is
-  raised; a query whose Python worker missed Spark's connect-back window is restarted alone).
+  raised; a query whose Python worker missed Spark's connect-back window is restarted alone). A stop
+  is requested by SIGTERM/SIGINT (the ``stop`` event) on this host, or from any host by a stop request
+  file beside the checkpoints that the monitoring loop polls every couple of seconds
+  (:mod:`tidewater.streaming.stop_request`; one written before this driver's launch is stale and
+  ignored). Both take the same path: the queries stop cleanly, and the caller releases the leases.
 * :meth:`PipelineStreams.run_available_now`: tier by tier with Trigger.AvailableNow, each tier
   finishing before the next starts, so one run processes everything that was in Kafka at its
   start all the way to gold ("batch is a bounded stream").
@@ -40,6 +44,7 @@ from tidewater.pipelines.base import Delivery, GoldTable, Pipeline, Source
 from tidewater.pipelines.layout import PipelineLayout
 from tidewater.streaming.checkpoint import Checkpoint, claim
 from tidewater.streaming.progress import ProgressRecorder
+from tidewater.streaming.stop_request import StopRequest, StopRequestWatch
 from tidewater.streaming.writers import BronzeSilverWriter, GoldWriter, SilverWriter
 
 log = logging.getLogger(__name__)
@@ -63,11 +68,21 @@ class Tier:
 
 
 class PipelineStreams:
-    def __init__(self, settings: Settings, pipeline: Pipeline, *, namespace: str | None = None):
+    def __init__(
+        self,
+        settings: Settings,
+        pipeline: Pipeline,
+        *,
+        namespace: str | None = None,
+        launched_at: float | None = None,
+    ):
         self.spark: SparkSession | None = None
         self.settings = settings
         self.pipeline = pipeline
         self.layout = PipelineLayout.of(settings, pipeline, namespace)
+        # When this driver was launched (unix seconds; its launcher's word, else now): stop requests
+        # written before then were meant for an earlier driver.
+        self.launched_at = time.time() if launched_at is None else launched_at
         self.checkpoints: dict[str, Checkpoint] = {}
         self.queries: dict[str, StreamingQuery] = {}
         self._started: dict[str, tuple[Tier, dict[str, Any]]] = {}  # query -> how it was started
@@ -263,19 +278,40 @@ class PipelineStreams:
             except Exception as exc:
                 raise StreamFailedError(f"{self.query_name(tier.query)} failed: {one_line(exc)}") from exc
 
-    def run_forever(self, spark: SparkSession, stop: threading.Event, *, trigger_seconds: float | None = None) -> None:
-        """Run every tier concurrently until ``stop`` is set or a query fails (see :meth:`_raise_if_failed`)."""
+    def run_forever(
+        self, spark: SparkSession, stop: threading.Event, *, trigger_seconds: float | None = None
+    ) -> StopRequest | None:
+        """Run every tier concurrently until ``stop`` is set (a signal), a fresh stop request appears (it
+        sets ``stop`` too, and is returned), or a query fails (see :meth:`_raise_if_failed`). A request
+        already there when the queries would start (sent while the driver was starting) starts none."""
         self.prepare(spark)
         seconds = trigger_seconds if trigger_seconds is not None else self.settings.trigger_seconds
+        requests = StopRequestWatch(self.layout.stop_request(), launched_at=self.launched_at)
         try:
+            requested = self._stop_requested(requests, stop)
             for tier in self.tiers:
+                if stop.is_set():
+                    break
                 every = self.settings.gold_trigger_seconds if tier.query.startswith("gold_") else seconds
                 self.start(tier, {"processingTime": f"{every} seconds"})
             while not stop.is_set():
                 self._raise_if_failed()
-                stop.wait(1.0)
+                requested = self._stop_requested(requests, stop)
+                if requested is None:
+                    stop.wait(1.0)
         finally:
             self.stop()
+        return requested
+
+    def _stop_requested(self, requests: StopRequestWatch, stop: threading.Event) -> StopRequest | None:
+        """Poll the stop request (one ``stat`` every couple of seconds); a fresh one sets ``stop`` and is
+        announced in one line of the driver's output."""
+        request = requests.poll()
+        if request is not None and not stop.is_set():
+            print(f"tidewater: {request.describe()}", flush=True)
+            log.info("stop request %s from %s: stopping the queries", request.id, request.host)
+            stop.set()
+        return request
 
     def _raise_if_failed(self) -> None:
         """Raise for a query that stopped, unless its Python worker merely missed Spark's connect-back
