@@ -12,19 +12,28 @@ queries) against the embedded broker, on the local file system, and prints:
 
     ./tw bench                       # defaults below
     ./tw bench --backlog 300000 --rate 2000 --latency-seconds 60
+    ./tw bench --profile cluster     # the same on the cluster profile (tidewater.orchestration.cluster):
+                                     # Spark standalone master and worker, the lake on the S3 server,
+                                     # the broker's log on it, locks and leases in PostgreSQL
+
+On the cluster profile the executors run under the Spark worker, not in the job's process tree: their
+memory is reported apart (the worker's process tree minus what it held before the job).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
+import shutil
 import statistics
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from multiprocessing import Process
 from pathlib import Path
 
@@ -63,15 +72,25 @@ def session_rss_bytes(sid: int) -> int:
 
 
 class MemorySampler(threading.Thread):
-    def __init__(self, sid: int) -> None:
+    """Peak RSS of the job's session and, on a cluster, of the worker's (less its ``worker_base``)."""
+
+    def __init__(self, sid: int, worker_sid: int | None = None) -> None:
         super().__init__(daemon=True)
         self.sid = sid
+        self.worker_sid = worker_sid
+        self.worker_base = session_rss_bytes(worker_sid) if worker_sid else 0
         self.peak = 0
+        self.executor_peak = 0
         self.stopped = threading.Event()
 
     def run(self) -> None:
         while not self.stopped.wait(0.5):
             self.peak = max(self.peak, session_rss_bytes(self.sid))
+            if self.worker_sid:
+                self.executor_peak = max(self.executor_peak, session_rss_bytes(self.worker_sid) - self.worker_base)
+
+
+WORKER_SID: int | None = None  # the cluster profile's Spark worker, whose process tree holds the executors
 
 
 def silver_rows(settings: Settings) -> int:
@@ -101,16 +120,23 @@ def preload(settings: Settings, topic: str, total: int, processes: int = 2) -> f
     return time.monotonic() - started
 
 
+def phase_lake(base: Settings, phase: str) -> str:
+    """A lake of its own per phase: under the state folder by default, under the S3 root on a cluster."""
+    return f"{base.lake_root.rstrip('/')}/{phase}" if base.lake_root else ""
+
+
 def measure_throughput(base: Settings, backlog: int, work: Path) -> dict[str, float]:
     # Batches of 100k: the first (cold JVM) batch is a small part of the backlog, and the slope
     # below is taken between 20% and 90% of it, i.e. at steady state.
-    settings = base.replace(state_dir=str(work / "throughput"), max_offsets_per_trigger=100_000)
+    settings = base.replace(
+        state_dir=str(work / "throughput"), lake_root=phase_lake(base, "throughput"), max_offsets_per_trigger=100_000
+    )
     topic = settings.topic(RSVPS.source().topic)
     ensure_topic(settings, topic, 4)
     produce_s = preload(settings, topic, backlog)
     print(f"  backlog of {backlog:,} events produced in {produce_s:.1f} s", flush=True)
     job = launch_stream_job(settings, "rsvps", work / "throughput.log")
-    sampler = MemorySampler(job.pid)
+    sampler = MemorySampler(job.pid, WORKER_SID)
     sampler.start()
     samples: list[tuple[float, int]] = []
     try:
@@ -131,15 +157,19 @@ def measure_throughput(base: Settings, backlog: int, work: Path) -> dict[str, fl
     t_hi = next(t for t, r in samples if r >= hi)
     r_lo = next(r for t, r in samples if r >= lo)
     r_hi = next(r for t, r in samples if r >= hi)
-    return {"events_per_s": (r_hi - r_lo) / max(t_hi - t_lo, 1e-9), "peak_rss_gb": sampler.peak / 2**30}
+    return {
+        "events_per_s": (r_hi - r_lo) / max(t_hi - t_lo, 1e-9),
+        "peak_rss_gb": sampler.peak / 2**30,
+        "executor_peak_rss_gb": sampler.executor_peak / 2**30,
+    }
 
 
 def measure_latency(base: Settings, rate: float, seconds: float, warmup: float, work: Path) -> dict[str, float]:
-    settings = base.replace(state_dir=str(work / "latency"), trigger_seconds=1.0)
+    settings = base.replace(state_dir=str(work / "latency"), lake_root=phase_lake(base, "latency"), trigger_seconds=1.0)
     topic = settings.topic(RSVPS.source().topic)
     ensure_topic(settings, topic, 4)
     job = launch_stream_job(settings, "rsvps", work / "latency.log")
-    sampler = MemorySampler(job.pid)
+    sampler = MemorySampler(job.pid, WORKER_SID)
     sampler.start()
     layout = PipelineLayout.of(settings, RSVPS)
     try:
@@ -169,6 +199,7 @@ def measure_latency(base: Settings, rate: float, seconds: float, warmup: float, 
         "p95_s": latencies[int(0.95 * (len(latencies) - 1))],
         "max_s": latencies[-1],
         "peak_rss_gb": sampler.peak / 2**30,
+        "executor_peak_rss_gb": sampler.executor_peak / 2**30,
     }
 
 
@@ -199,23 +230,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--skip-latency", action="store_true")
     parser.add_argument("--work-dir", help="keep logs, progress files and tables here (default: a temp dir)")
+    parser.add_argument(
+        "--profile", choices=("embedded", "cluster"), default="embedded", help="where the job runs (see above)"
+    )
     args = parser.parse_args(argv)
 
     memory_gib = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30
     machine = f"{os.cpu_count()} cores, {memory_gib:.0f} GiB, {platform.platform()}"
     print(f"machine: {machine}", flush=True)
     results: dict[str, object] = {"machine": machine}
-    with tempfile.TemporaryDirectory(prefix="tidewater-bench-") as tmp, EmbeddedBroker() as broker:
+    with tempfile.TemporaryDirectory(prefix="tidewater-bench-") as tmp, contextlib.ExitStack() as stack:
         work = Path(args.work_dir or tmp)
         work.mkdir(parents=True, exist_ok=True)
-        base = Settings.from_env(state_dir=str(work), kafka_bootstrap_servers=broker.bootstrap_servers)
+        if args.profile == "cluster":
+            base = stack.enter_context(cluster_profile(work))
+        else:
+            broker = stack.enter_context(EmbeddedBroker())
+            base = Settings.from_env(state_dir=str(work), kafka_bootstrap_servers=broker.bootstrap_servers)
+        where = f"{base.spark_master}, lake {base.lake_uri}"
+        results["where"] = where
         if not args.skip_throughput:
-            print("throughput: Kafka -> bronze -> silver (+ gold queries running), local[2]", flush=True)
+            print(f"throughput: Kafka -> bronze -> silver (+ gold queries running), {where}", flush=True)
             throughput = measure_throughput(base.replace(kafka_topic_prefix="tp-"), args.backlog, work)
             results["throughput"] = throughput
             print(
                 f"  sustained {throughput['events_per_s']:,.0f} events/s to silver (target >= 25,000); "
-                f"peak RSS {throughput['peak_rss_gb']:.2f} GB (target <= 3 GB)",
+                f"peak RSS {throughput['peak_rss_gb']:.2f} GB (target <= 3 GB)" + _executors(throughput),
                 flush=True,
             )
         if not args.skip_latency:
@@ -231,11 +271,37 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"  produced -> visible in silver: p50 {latency['p50_s']:.2f} s, p95 {latency['p95_s']:.2f} s "
                 f"(target <= 5 s), max {latency['max_s']:.2f} s over {latency['events']:,} events "
-                f"(achieved {latency['achieved_rate']:,.0f}/s); peak RSS {latency['peak_rss_gb']:.2f} GB",
+                f"(achieved {latency['achieved_rate']:,.0f}/s); peak RSS {latency['peak_rss_gb']:.2f} GB"
+                + _executors(latency),
                 flush=True,
             )
     print(json.dumps(results, indent=2))
     return 0
+
+
+def _executors(figures: dict[str, float]) -> str:
+    return f" + executors {figures['executor_peak_rss_gb']:.2f} GB" if WORKER_SID else ""
+
+
+@contextlib.contextmanager
+def cluster_profile(work: Path) -> Iterator[Settings]:
+    """The cluster profile's services without Airflow (nothing else submits jobs), in a folder the
+    postgres user can reach; the settings of a job on it."""
+    global WORKER_SID
+    from tidewater.orchestration.cluster import Cluster
+
+    root = Path(tempfile.mkdtemp(prefix="tidewater-bench-cluster-"))
+    root.chmod(0o755)
+    cluster = Cluster(Settings.from_env(state_dir=str(root)))
+    try:
+        cluster.up(progress=lambda line: print(f"  {line}", flush=True), airflow=False)
+        os.environ.update(cluster.environment())  # this process reads the S3 lake too
+        WORKER_SID = int(cluster.read()["services"]["spark-worker"]["pid"])
+        yield cluster.settings().replace(state_dir=str(work))
+    finally:
+        WORKER_SID = None
+        cluster.down(progress=lambda line: print(f"  {line}", flush=True))
+        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":
