@@ -70,6 +70,18 @@ def group_members(pgid: int) -> list[tuple[int, str]]:
     return members
 
 
+def group_rss_bytes(pgid: int) -> int:
+    """Resident memory of the live processes in process group ``pgid``, summed."""
+    total = 0
+    for pid, _ in group_members(pgid):
+        try:
+            with open(f"/proc/{pid}/statm") as statm:
+                total += int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
+
+
 def end_groups(groups: Mapping[int, str], *, timeout_s: float) -> list[int]:
     """SIGTERM each process group ``pgid`` of ``groups`` (leaders another process of ours started and
     recorded, each with the ``marker`` its command line must still contain: a recorded pid reused by

@@ -39,7 +39,7 @@ from tidewater.broker import DurableBroker, free_port, port_free
 from tidewater.config import Settings
 from tidewater.errors import TidewaterError
 from tidewater.postgres import LocalPostgres
-from tidewater.processes import command_line, end_groups
+from tidewater.processes import command_line, end_groups, group_rss_bytes
 from tidewater.spark_cluster import StandaloneCluster
 
 CLUSTER_FILE = "cluster.json"
@@ -64,10 +64,12 @@ class ServiceStatus:
     address: str
     pid: int | None
     up: bool
+    rss_bytes: int = 0  # resident memory of its process group (PostgreSQL: the postmaster's group)
 
     def line(self) -> str:
         state = "up" if self.up else "down"
-        return f"{self.name:<24} {state:<5} pid {self.pid or '-':<8} {self.address}"
+        memory = f"{self.rss_bytes / 2**20:,.0f} MiB" if self.up else "-"
+        return f"{self.name:<24} {state:<5} pid {self.pid or '-':<8} {memory:>10}  {self.address}"
 
 
 class Cluster:
@@ -108,10 +110,12 @@ class Cluster:
 
     def status(self) -> list[ServiceStatus]:
         services = self.read().get("services", {})
-        return [
-            ServiceStatus(name, s["address"], s.get("pid"), bool(s.get("pid")) and _ours(s["pid"], s["marker"]))
-            for name, s in services.items()
-        ]
+        statuses = []
+        for name, service in services.items():
+            pid = service.get("pid")
+            up = bool(pid) and _ours(pid, service["marker"])
+            statuses.append(ServiceStatus(name, service["address"], pid, up, group_rss_bytes(pid) if up else 0))
+        return statuses
 
     def is_up(self) -> bool:
         statuses = self.status()
