@@ -13,10 +13,12 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
-import textwrap
+import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,20 +26,23 @@ from typing import Any
 
 import psycopg2
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pytest
+from kafka import KafkaProducer
 
 from pipeline_helpers import produce_generated, wait_for
 from tidewater.broker import free_port
 from tidewater.config import Settings
+from tidewater.generator.events import GeneratorConfig, generate, parse_ts
 from tidewater.generator.producer import ensure_topic
 from tidewater.lake import storage
 from tidewater.lake.tables import LakeTable
 from tidewater.orchestration.airflow_local import LocalAirflow
 from tidewater.orchestration.cluster import AIRFLOW_DATABASE, Cluster
+from tidewater.orchestration.supervisor import StreamControl
 from tidewater.pipelines import get_pipeline
 from tidewater.pipelines.layout import PipelineLayout
-from tidewater.pipelines.samples import GeneratorConfig, parse_ts
-from tidewater.processes import alive
+from tidewater.processes import alive, group_members
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.airflow]
 
@@ -137,60 +142,28 @@ def test_every_service_is_up_and_the_commands_report_it(profile: Cluster):
     assert health["metadatabase"]["status"] == "healthy"
 
 
-EXECUTOR_JOB = textwrap.dedent(
-    """
-    import json, os, sys
-    from tidewater.config import Settings
-    from tidewater.spark import build_session
-    settings = Settings.from_env()
-    spark = build_session(settings, "cluster-executor-env")
-    seen = (
-        spark.sparkContext.parallelize(range(2), 2)
-        .map(lambda _: (os.environ.get("AWS_ENDPOINT_URL"), os.environ.get("TIDEWATER_LAKE_ROOT"), os.getpid()))
-        .collect()
-    )
-    query = (
-        spark.readStream.format("tidewater-delta").load(sys.argv[1])
-        .writeStream.format("tidewater-delta")
-        .option("appId", "cluster-copy")
-        .option("checkpointLocation", sys.argv[3])
-        .trigger(availableNow=True)
-        .start(sys.argv[2])
-    )
-    query.awaitTermination(300)
-    print(json.dumps({"seen": seen, "driver_pid": os.getpid(), "master": spark.sparkContext.master}))
-    spark.stop()
-    """
-)
+def environ(pid: int) -> dict[str, str]:
+    """A process's environment, as /proc shows it."""
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(item.decode(errors="replace").split("=", 1) for item in raw if b"=" in item)
 
 
-def test_executors_write_to_the_configured_s3_endpoint_and_nowhere_else(profile: Cluster, tmp_path: Path):
-    """Without the forwarded settings, an s3:// write from an executor would go to the public AWS endpoint."""
-    settings = profile.settings().replace(lake_root="s3://lake/executors", spark_driver_memory="1g")
-    env = {**job_env(profile), **settings.to_env()}
-    source_uri, target_uri = "s3://lake/executors/source", "s3://lake/executors/target"
-    with lake_environment(env):  # this process writes the source table with the job's settings
-        source = LakeTable(source_uri)
-        rows = pa.table({"id": pa.array(range(100), pa.int64()), "name": pa.array([f"n{i}" for i in range(100)])})
-        source.ensure(rows.schema, description="rows the executors copy")
-        source.append_arrow(rows)
-        LakeTable(target_uri).ensure(rows.schema, description="the executors' copy")
-    job = subprocess.run(
-        [sys.executable, "-c", EXECUTOR_JOB, source_uri, target_uri, str(tmp_path / "checkpoint")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert job.returncode == 0, job.stderr[-3000:]
-    result = json.loads(job.stdout.strip().splitlines()[-1])
-    assert result["master"] == settings.spark_master
-    # Every executor (a JVM the worker started, with no AWS_* of its own) was told the endpoint.
-    assert {tuple(s[:2]) for s in result["seen"]} == {(settings.s3_endpoint_url, "s3://lake/executors")}
-    assert all(pid != result["driver_pid"] for *_, pid in result["seen"])
-    with lake_environment(env):  # written by the executors, committed by the driver, in the S3 server's bucket
-        copied = LakeTable(target_uri).open().to_pyarrow_table().sort_by("id")
-    assert copied.column("id").to_pylist() == list(range(100))
+def silver_ids(profile: Cluster) -> set[str]:
+    """The event ids in rsvps' silver on the profile's S3 lake, as delta-rs reads them."""
+    layout = PipelineLayout.of(profile.settings(), get_pipeline("rsvps"))
+    with lake_environment(job_env(profile)):
+        table = LakeTable(layout.table_uri("silver"))
+        if not table.exists():
+            return set()
+        return set(table.open().to_pyarrow_table(columns=["event_id"]).column("event_id").to_pylist())
+
+
+def bronze_coordinates(profile: Cluster) -> list[tuple[int, int]]:
+    """(partition, offset) of every row of rsvps' bronze on the profile's S3 lake."""
+    layout = PipelineLayout.of(profile.settings(), get_pipeline("rsvps"))
+    with lake_environment(job_env(profile)):
+        bronze = LakeTable(layout.table_uri("bronze")).open().to_pyarrow_table(columns=["partition", "offset"])
+    return list(zip(bronze["partition"].to_pylist(), bronze["offset"].to_pylist(), strict=True))
 
 
 def spark_apps(settings: Settings, ui_port: int) -> list[dict[str, Any]]:
@@ -212,20 +185,157 @@ def test_airflow_on_postgres_supervises_a_stream_on_the_standalone_master_into_t
     airflow.request("POST", "/api/v2/dags/tidewater_supervise_streams/dagRuns", {"logical_date": None})
     layout = PipelineLayout.of(settings, pipeline)
 
-    def silver_ids() -> set[str]:
-        with lake_environment(job_env(profile)):
-            table = LakeTable(layout.table_uri("silver"))
-            if not table.exists():
-                return set()
-            return set(table.open().to_pyarrow_table(columns=["event_id"]).column("event_id").to_pylist())
-
-    wait_for(lambda: expected <= silver_ids(), timeout_s=300, what="every event in silver on the S3 lake")
+    wait_for(lambda: expected <= silver_ids(profile), timeout_s=300, what="every event in silver on the S3 lake")
     ui_port = profile.read()["ports"]["spark_master_ui"]
     apps = spark_apps(settings, ui_port)
     assert [a["name"] for a in apps] == ["tidewater-stream-rsvps"]  # submitted to the standalone master
     assert apps[0]["cores"] == settings.spark_cores_max  # its share, not every core of the worker
+
+    # The executor (a JVM the worker started; the worker has no TIDEWATER_*/AWS_* variable, as on a
+    # cluster whose workers were started long before the job) knows the lake, the S3 endpoint and the
+    # broker only because the driver forwarded them: without that an s3:// write from it would go to
+    # the public AWS endpoint. Its Parquet files are in the profile's bucket.
+    worker = int(profile.read()["services"]["spark-worker"]["pid"])
+    assert not {k for k in environ(worker) if k.startswith(("TIDEWATER_", "AWS_"))}
+    executors = [pid for pid, cmd in group_members(worker) if "CoarseGrainedExecutorBackend" in cmd]
+    assert executors, group_members(worker)
+    for executor in executors:
+        env = environ(executor)
+        assert env["AWS_ENDPOINT_URL"] == settings.s3_endpoint_url
+        assert env["TIDEWATER_LAKE_ROOT"] == "s3://lake/tidewater"
+        assert env["TIDEWATER_KAFKA_BOOTSTRAP_SERVERS"] == settings.kafka_bootstrap_servers
+    with lake_environment(job_env(profile)):
+        fs, path = storage.filesystem(layout.table_uri("silver"))
+        files = fs.get_file_info(pafs.FileSelector(path, recursive=True))
+    assert any(f.path.endswith(".parquet") for f in files)
     # The stream's checkpoint lease is a PostgreSQL lock (the cluster's lock backend), held by its driver.
     with contextlib.closing(psycopg2.connect(settings.postgres_dsn)) as connection, connection.cursor() as cursor:
         cursor.execute("SELECT name FROM tidewater_locks")
         names = {row[0] for row in cursor.fetchall()}
     assert f"checkpoint:{layout.namespace}/rsvps/bronze" in names
+
+
+def send_batch(settings: Settings, seed: int, start: str, count: int) -> list[Any]:
+    topic = settings.topic(get_pipeline("rsvps").source().topic)
+    return produce_generated(settings, topic, GeneratorConfig(seed=seed, start_time_ms=parse_ts(start), rate=50), count)
+
+
+def test_a_broker_restart_and_a_killed_driver_lose_nothing_and_write_nothing_twice(profile: Cluster):
+    """Runs after the supervision test, on its stream. The broker (its log on the S3 server) is killed
+    with SIGKILL while a producer sends and the stream reads, and started again on the same bucket and
+    port; then the driver is killed with SIGKILL and the supervisor launches it again on the standalone
+    master. Bronze holds every record sent exactly once, silver every event."""
+    settings = profile.settings()
+    control = StreamControl(settings, "rsvps")
+    assert control.lease_pids(), "the supervision test's stream should be running"
+
+    before = bronze_coordinates(profile)
+    topic = settings.topic(get_pipeline("rsvps").source().topic)
+    config = GeneratorConfig(seed=21, start_time_ms=parse_ts("2026-11-25T11:00:00Z"), rate=50, duplicate_rate=0.03)
+    sent: list[Any] = list(generate(config, 1500))
+    acked: list[Any] = []
+    failures: list[BaseException] = []
+    producer = KafkaProducer(
+        bootstrap_servers=settings.kafka_bootstrap_servers, acks="all", enable_idempotence=True, linger_ms=5
+    )
+
+    def trickle() -> None:  # the producer rides through the broker's kill -9 on its retries
+        for start in range(0, len(sent), 250):
+            chunk = sent[start : start + 250]
+            futures = [(r, producer.send(topic, key=r.key, value=r.value, timestamp_ms=r.timestamp_ms)) for r in chunk]
+            producer.flush(timeout=60)
+            for record, future in futures:
+                try:
+                    future.get(timeout=0)
+                    acked.append(record)
+                except Exception as exc:
+                    failures.append(exc)
+            time.sleep(0.5)
+
+    sender = threading.Thread(target=trickle, daemon=True)
+    try:
+        sender.start()
+        time.sleep(1.0)
+        profile.restart_broker(kill=True, down_s=3.0)  # mid-stream: its reads fail meanwhile, and retry
+        sender.join(timeout=180)
+    finally:
+        producer.close(timeout=5)
+    assert not sender.is_alive() and not failures, failures[:3]
+    assert len(acked) == len(sent)
+    expected = {r.event_id for r in sent if r.kind != "malformed"}
+    wait_for(lambda: expected <= silver_ids(profile), timeout_s=240, what="the events sent around the broker restart")
+
+    killed = control.lease_pids()
+    for pid in killed:  # the driver's whole process group: JVM and Python
+        os.killpg(os.getpgid(pid), signal.SIGKILL)
+    sent += send_batch(settings, 23, "2026-11-25T12:00:00Z", 600)
+    LocalAirflow(settings).request("POST", "/api/v2/dags/tidewater_supervise_streams/dagRuns", {"logical_date": None})
+    expected = {r.event_id for r in sent if r.kind != "malformed"}
+    wait_for(lambda: expected <= silver_ids(profile), timeout_s=300, what="the events sent after the driver's kill")
+
+    relaunched = control.lease_pids()
+    assert relaunched and not relaunched & killed
+    coordinates = bronze_coordinates(profile)
+    assert len(coordinates) == len(set(coordinates))  # no record twice, across the restart and the kill
+    assert len(coordinates) == len(before) + len(sent)  # and none lost
+
+
+def test_the_s3_servers_conditional_put_is_what_keeps_a_lock_bypassing_writer_from_losing_a_commit(
+    profile: Cluster,
+):
+    """A writer that ignores the table locks commits from a stale snapshot, at the version another
+    writer already committed. The lake's commits are conditional puts (``aws_conditional_put=etag``:
+    ``If-None-Match: *``), so the server refuses the stale commit (412) and the first one stays; the
+    same put without the condition replaces it: a lost commit. delta-rs itself, on the refusal,
+    re-reads the log and commits on top: both writers' rows kept."""
+    import boto3
+    from botocore.exceptions import ClientError
+    from deltalake import DeltaTable, write_deltalake
+
+    env = profile.environment()
+    options = {
+        "AWS_ACCESS_KEY_ID": env["AWS_ACCESS_KEY_ID"],
+        "AWS_SECRET_ACCESS_KEY": env["AWS_SECRET_ACCESS_KEY"],
+        "AWS_ENDPOINT_URL": env["TIDEWATER_S3_ENDPOINT_URL"],
+        "AWS_REGION": "us-east-1",
+        "AWS_ALLOW_HTTP": "true",
+        "aws_conditional_put": "etag",
+    }
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=options["AWS_ENDPOINT_URL"],
+        aws_access_key_id=options["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=options["AWS_SECRET_ACCESS_KEY"],
+        region_name="us-east-1",
+    )
+    uri, log_entry = "s3://lake/race/table", "race/table/_delta_log/00000000000000000001.json"
+    write_deltalake(uri, pa.table({"writer": pa.array(["setup"])}), storage_options=options)
+    stale = DeltaTable(uri, storage_options=options)  # the bypassing writer's snapshot: version 0
+    write_deltalake(
+        uri,
+        pa.table(
+            {"writer": pa.array(["first"])},
+        ),
+        mode="append",
+        storage_options=options,
+    )
+    first_commit = s3.get_object(Bucket="lake", Key=log_entry)["Body"].read()
+
+    bypassing_commit = b'{"commitInfo":{"operation":"WRITE","by":"a writer without the lock"}}\n'
+    with pytest.raises(ClientError) as refused:
+        s3.put_object(Bucket="lake", Key=log_entry, Body=bypassing_commit, IfNoneMatch="*")
+    assert refused.value.response["Error"]["Code"] in ("PreconditionFailed", "412")
+    assert s3.get_object(Bucket="lake", Key=log_entry)["Body"].read() == first_commit  # kept
+
+    write_deltalake(stale, pa.table({"writer": pa.array(["second"])}), mode="append")  # delta-rs: retried on top
+    table = DeltaTable(uri, storage_options=options)
+    assert (table.version(), sorted(table.to_pyarrow_table()["writer"].to_pylist())) == (
+        2,
+        ["first", "second", "setup"],
+    )
+
+    # Without the condition the server takes the stale commit over the first one: the first writer's
+    # rows are silently gone from the table (what the conditional put prevents).
+    s3.put_object(Bucket="lake", Key=log_entry, Body=bypassing_commit)
+    assert s3.get_object(Bucket="lake", Key=log_entry)["Body"].read() == bypassing_commit
+    assert "first" not in DeltaTable(uri, storage_options=options, version=1).to_pyarrow_table()["writer"].to_pylist()

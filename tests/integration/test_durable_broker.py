@@ -1,40 +1,27 @@
 """The durable embedded broker: tansu keeping its log in a bucket of the embedded SeaweedFS server.
 
-Real processes throughout (``weed mini``, tansu, a detached spark-submit streaming job). A
-broker stopped with SIGTERM or SIGKILL and started again on the same bucket and port keeps its
-topics, records, offsets and committed group offsets; a producer and a running stream ride
-through a kill -9 of the broker, and the lake ends up with every produced offset exactly once.
+Real processes throughout (``weed mini``, tansu). A broker stopped with SIGTERM or SIGKILL and started
+again on the same bucket and port keeps its topics, records, offsets and committed group offsets. (A
+producer and a running stream riding through the broker's kill -9, with every produced offset in the
+lake exactly once, are tested on the cluster profile, whose broker is this one:
+tests/integration/test_cluster_profile.py.)
 """
 
 from __future__ import annotations
 
 import os
-import threading
-import time
-from collections import Counter
 from pathlib import Path
 
 import pytest
-from deltalake import DeltaTable
-from deltalake.exceptions import TableNotFoundError
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.structs import OffsetAndMetadata
 
-from pipeline_helpers import wait_for
 from tidewater.broker import DurableBroker
 from tidewater.config import Settings
 from tidewater.connectors.kafka_client import KafkaPythonClient
-from tidewater.generator.events import GeneratedRecord, GeneratorConfig, expected_events, generate, parse_ts
-from tidewater.generator.producer import ensure_topic
 from tidewater.orchestration.platform import PlatformState
-from tidewater.pipelines import get_pipeline
-from tidewater.pipelines.layout import PipelineLayout
-from tidewater.processes import stop_process_group
 from tidewater.s3server import GRPC_OFFSET, S3Server, S3ServerError
-from tidewater.streaming.jobs import launch_stream_job
-
-RSVPS = get_pipeline("rsvps")
 
 
 def test_s3_server_listens_on_loopback_only_and_keeps_its_credentials(tmp_path: Path):
@@ -126,13 +113,6 @@ def topic_contents(bootstrap: str, topic: str, partitions: int) -> tuple[dict[in
     return ends, records
 
 
-def _max_per_partition(columns: dict[str, list]) -> dict[int, int]:
-    out: dict[int, int] = {}
-    for partition, offset in zip(columns["partition"], columns["offset"], strict=True):
-        out[partition] = max(offset, out.get(partition, -1))
-    return out
-
-
 def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int | None]:
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
     try:
@@ -200,115 +180,3 @@ def test_topic_records_and_group_offsets_survive_restarts(durable_broker: Durabl
         assert fresh.start().identity != identity
     finally:
         fresh.stop()
-
-
-TOTAL = 6_000
-
-
-def table_columns(settings: Settings, table: str, columns: list[str]) -> dict[str, list]:
-    uri = PipelineLayout.of(settings, RSVPS).table_uri(table)
-    try:
-        return DeltaTable(uri).to_pyarrow_dataset().to_table(columns=columns).to_pydict()
-    except TableNotFoundError:  # not created yet; any other error is the test's to report
-        return {c: [] for c in columns}
-
-
-@pytest.mark.slow
-@pytest.mark.broker
-@pytest.mark.spark
-def test_stream_survives_broker_kill_9(durable_broker: DurableBroker, tmp_path: Path):
-    settings = Settings(
-        state_dir=str(tmp_path / "state"),
-        kafka_bootstrap_servers=durable_broker.bootstrap_servers,
-        kafka_request_timeout_ms=5000,
-        kafka_topic_prefix="durable-",
-        max_offsets_per_trigger=1500,
-        trigger_seconds=1.0,
-    )
-    topic = settings.topic(RSVPS.source().topic)
-    ensure_topic(settings, topic, 4)
-    config = GeneratorConfig(
-        seed=11,
-        start_time_ms=parse_ts("2026-11-21T10:00:00.000Z"),
-        rate=50,
-        duplicate_rate=0.03,
-        out_of_order_fraction=0.1,
-        out_of_order_max_ms=20_000,
-        malformed_rate=0.02,
-    )
-    records = list(generate(config, TOTAL))
-    acked: list[GeneratedRecord] = []
-    failures: list[BaseException] = []
-
-    def send(chunk: list[GeneratedRecord], producer: KafkaProducer) -> None:
-        futures = [(r, producer.send(topic, key=r.key, value=r.value, timestamp_ms=r.timestamp_ms)) for r in chunk]
-        producer.flush(timeout=60)
-        for record, future in futures:
-            try:
-                future.get(timeout=0)
-                acked.append(record)
-            except Exception as exc:
-                failures.append(exc)
-
-    producer = KafkaProducer(
-        bootstrap_servers=settings.kafka_bootstrap_servers, acks="all", enable_idempotence=True, linger_ms=5
-    )
-    stream_log = tmp_path / "stream.log"
-    job = None
-    try:
-        send(records[: TOTAL // 3], producer)
-        job = launch_stream_job(settings, "rsvps", stream_log)
-        wait_for(
-            lambda: len(table_columns(settings, "bronze", ["offset"])["offset"]) > 0,
-            timeout_s=240,
-            what="the stream's first bronze rows",
-            log=stream_log,
-        )
-
-        def trickle() -> None:  # the rest arrives while the broker is killed and restarted
-            for start in range(TOTAL // 3, TOTAL, 250):
-                send(records[start : start + 250], producer)
-                time.sleep(0.5)
-
-        sender = threading.Thread(target=trickle, daemon=True)
-        sender.start()
-        time.sleep(3.0)
-        # kill -9 in the middle of the stream; 3 s later the broker is back on the same storage and port
-        durable_broker.restart_broker(kill=True, down_s=3.0)
-        sender.join(timeout=180)
-        assert not sender.is_alive() and not failures, failures[:3]
-        assert len(acked) == TOTAL
-
-        expected = Counter(expected_events(config, TOTAL).keys())
-
-        def caught_up() -> bool:
-            return (
-                len(table_columns(settings, "silver", ["event_id"])["event_id"]) >= len(expected)
-                and len(table_columns(settings, "bronze", ["offset"])["offset"]) >= TOTAL
-            )
-
-        try:
-            wait_for(caught_up, timeout_s=240, what="every record in bronze and silver", log=stream_log)
-        except AssertionError as exc:  # say where the records stopped: the broker, or the stream
-            ends, in_topic = topic_contents(settings.kafka_bootstrap_servers, topic, 4)
-            bronze_offsets = table_columns(settings, "bronze", ["partition", "offset"])
-            raise AssertionError(
-                f"{exc}\nbroker ends {ends}, {len(in_topic)} records in the topic of {TOTAL} acked; "
-                f"bronze {len(bronze_offsets['offset'])} rows, max offset per partition "
-                f"{_max_per_partition(bronze_offsets)}; stream alive: {job.poll() is None}"
-            ) from None
-        assert job.poll() is None, "the stream died with the broker: " + stream_log.read_text()[-3000:]
-    finally:
-        producer.close(timeout=5)
-        if job is not None:
-            stop_process_group(job, timeout_s=30)
-
-    _, in_topic = topic_contents(settings.kafka_bootstrap_servers, topic, 4)
-    assert len(in_topic) == TOTAL  # the broker neither lost nor repeated a record
-    bronze = table_columns(settings, "bronze", ["partition", "offset", "value"])
-    keys = list(zip(bronze["partition"], bronze["offset"], strict=True))
-    assert Counter(keys).most_common(1)[0][1] == 1
-    assert sorted(keys) == sorted((p, o) for p, o, _ in in_topic)
-    assert sorted(bronze["value"]) == sorted(r.value for r in records)
-    silver = table_columns(settings, "silver", ["event_id"])
-    assert Counter(silver["event_id"]) == expected

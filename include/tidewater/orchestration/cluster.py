@@ -29,21 +29,23 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tidewater.broker import DurableBroker, free_port, port_free
+from tidewater.broker import DurableBroker, EmbeddedBroker, free_port, port_free
 from tidewater.config import Settings
 from tidewater.errors import TidewaterError
 from tidewater.postgres import LocalPostgres
-from tidewater.processes import command_line, end_groups, group_rss_bytes
+from tidewater.processes import command_line, end_groups, group_rss_bytes, signal_group
 from tidewater.spark_cluster import StandaloneCluster
 
 CLUSTER_FILE = "cluster.json"
 LAKE_BUCKET = "lake"
+BROKER_BUCKET = "tansu"  # DurableBroker's bucket
 LOCKS_DATABASE = "tidewater"
 AIRFLOW_DATABASE = "airflow"
 # The worker offers more cores than the host has: a core here is a job's slot, not a CPU, so every
@@ -156,7 +158,11 @@ class Cluster:
 
             progress("tidewater: cluster: S3 server and broker (log on S3)...")
             broker = DurableBroker(
-                self.dir / "broker", port=_port(ports, "broker"), log_dir=logs, other_buckets=(LAKE_BUCKET,)
+                self.dir / "broker",
+                port=_port(ports, "broker"),
+                bucket=BROKER_BUCKET,
+                log_dir=logs,
+                other_buckets=(LAKE_BUCKET,),
             )
             broker.start()
             ports["broker"] = broker.port
@@ -242,6 +248,32 @@ class Cluster:
         if airflow.secrets.created:
             progress(f"tidewater: cluster: Airflow admin password (shown once): {airflow.secrets.admin_password}")
         progress(f"tidewater: cluster: Airflow UI at {airflow.url} (user admin; password in {settings.airflow_home})")
+
+    def restart_broker(self, *, kill: bool = True, down_s: float = 0.0) -> int:
+        """Stop the broker (SIGKILL: a crash; else SIGTERM) and start it again on the same port and the
+        same bucket, as an operator restarting one host would; its topics and offsets are in the S3
+        server, so nothing is lost. Returns the new broker's pid."""
+        record = self.read()
+        service = record.get("services", {}).get("broker")
+        if not service or not self.environment():
+            raise ClusterError(f"no cluster was started from {self.dir}: run ./tw cluster up")
+        pid = service.get("pid")
+        if pid and _ours(pid, service["marker"]):
+            if kill:
+                signal_group(pid, signal.SIGKILL)
+            end_groups({pid: service["marker"]}, timeout_s=15)
+        time.sleep(down_s)
+        aws = {k: v for k, v in self.environment().items() if k.startswith("AWS_")}
+        broker = EmbeddedBroker(
+            port=int(record["ports"]["broker"]),
+            log_path=self.dir / "logs" / "broker.log",
+            storage=f"s3://{BROKER_BUCKET}/",
+            storage_env=aws,
+        ).start(timeout_s=30)
+        assert broker.process is not None
+        service["pid"] = broker.process.pid
+        self._write(record)
+        return broker.process.pid
 
     # ---- down ---------------------------------------------------------------------------------------
 
