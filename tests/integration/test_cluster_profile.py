@@ -36,6 +36,7 @@ from tidewater.config import Settings
 from tidewater.generator.events import GeneratorConfig, generate, parse_ts
 from tidewater.generator.producer import ensure_topic
 from tidewater.lake import storage
+from tidewater.lake.pg_locks import PostgresLock
 from tidewater.lake.tables import LakeTable
 from tidewater.orchestration.airflow_local import LocalAirflow
 from tidewater.orchestration.cluster import AIRFLOW_DATABASE, Cluster
@@ -339,3 +340,67 @@ def test_the_s3_servers_conditional_put_is_what_keeps_a_lock_bypassing_writer_fr
     s3.put_object(Bucket="lake", Key=log_entry, Body=bypassing_commit)
     assert s3.get_object(Bucket="lake", Key=log_entry)["Body"].read() == bypassing_commit
     assert "first" not in DeltaTable(uri, storage_options=options, version=1).to_pyarrow_table()["writer"].to_pylist()
+
+
+def test_two_recomputes_from_two_process_trees_are_serialized_by_the_postgres_lock(profile: Cluster):
+    """Two ``tidewater batch recompute`` of the same hour, each in its own process tree, race for rsvps'
+    silver on the S3 lake. The test holds silver's lock first (from its own
+    connection, as a third writer would): PostgreSQL shows both recomputes waiting on it. Released, they
+    take it one after the other: both succeed, each replace is its own commit, and silver holds exactly
+    the events it held (a recompute reproduces the stream). The stream is stopped first, so the only
+    waiters are the two recomputes."""
+    settings = profile.settings()
+    layout = PipelineLayout.of(settings, get_pipeline("rsvps"))
+    StreamControl(settings, "rsvps").stop(reason="the recompute race runs alone")
+    before = silver_ids(profile)
+    version_before = _silver_version(profile, layout)
+    lock = layout.lock("silver")
+    assert isinstance(lock, PostgresLock)
+    held = lock.acquire("test: a third writer holding silver")
+    command = [sys.executable, "-m", "tidewater.cli", "batch", "recompute", "--pipeline", "rsvps"]
+    interval = ["--start", "2026-11-25T10:00", "--end", "2026-11-25T13:00", "--layers", "silver"]
+    racers: list[subprocess.Popen[str]] = []
+    try:
+        for run in ("race-1", "race-2"):
+            racers.append(
+                subprocess.Popen(
+                    [*command, *interval, "--run-id", run],
+                    # In-process Spark (local[1]): what is under test is the lock, not the master; two
+                    # more applications on the standalone master would only cost two executor JVMs.
+                    env={**job_env(profile), "TIDEWATER_SPARK_MASTER": "local[1]"},
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    start_new_session=True,
+                )
+            )
+
+        def sessions_on_the_lock() -> int:  # each taker polls from its own session, named after the lock
+            with contextlib.closing(psycopg2.connect(settings.postgres_dsn)) as connection, connection.cursor() as c:
+                c.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+                    (f"tidewater lock {lock.name}"[:63],),
+                )
+                return int(c.fetchone()[0])
+
+        # ours, holding it, and one per recompute, waiting
+        wait_for(lambda: sessions_on_the_lock() == 3, timeout_s=240, what="both recomputes waiting on silver's lock")
+        assert _silver_version(profile, layout) == version_before  # neither got past the lock
+    finally:
+        held.release()
+    outputs = []
+    for racer in racers:
+        out, _ = racer.communicate(timeout=600)
+        outputs.append(out)
+        assert racer.returncode == 0, out[-3000:]
+    assert all("tidewater: result " in out for out in outputs)
+    with lake_environment(job_env(profile)):
+        commits = LakeTable(layout.table_uri("silver")).history(limit=2)
+    assert sorted(c.get("tidewater.run_id") for c in commits) == ["race-1", "race-2"]
+    assert _silver_version(profile, layout) == version_before + 2  # one commit each, one after the other
+    assert silver_ids(profile) == before
+
+
+def _silver_version(profile: Cluster, layout: PipelineLayout) -> int:
+    with lake_environment(job_env(profile)):
+        return LakeTable(layout.table_uri("silver")).version()
