@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from tidewater.config import Settings
@@ -89,7 +90,7 @@ def cmd_platform(args: argparse.Namespace, settings: Settings) -> int:
     from tidewater.broker import DurableBroker, EmbeddedBroker
     from tidewater.orchestration.airflow_env import passwords_file
     from tidewater.orchestration.airflow_local import LocalAirflow
-    from tidewater.orchestration.platform import PlatformState, StreamReporter
+    from tidewater.orchestration.platform import PlatformState
 
     state = PlatformState(settings)
     state.claim()  # one platform per state folder
@@ -143,16 +144,13 @@ def cmd_platform(args: argparse.Namespace, settings: Settings) -> int:
         print(f"tidewater: lake at {settings.lake_uri}/{settings.namespace}/", flush=True)
         print("tidewater: Ctrl-C (or ./tw stop) stops everything this command started", flush=True)
 
-        reporter = StreamReporter(settings)
-        while not stopper.event.wait(args.report_seconds):
-            if generator is not None and generator.error:
-                raise TidewaterError(f"generator failed: {generator.error}")
-            for name, process in airflow.processes.items():
-                if process.poll() is not None:
-                    raise TidewaterError(f"airflow {name} exited with code {process.returncode}: see {airflow.log_dir}")
-            print(reporter.report(), flush=True)
-        print("tidewater: stopping", flush=True)
-        return 0
+        running = airflow
+
+        def airflow_exited() -> str | None:
+            exited = [(n, p.returncode) for n, p in running.processes.items() if p.poll() is not None]
+            return f"airflow {exited[0][0]} exited with code {exited[0][1]}: see {running.log_dir}" if exited else None
+
+        return _report_until_stopped(args, settings, stopper, generator, airflow_exited)
     finally:
         stopper.event.set()
         if airflow is not None:
@@ -185,11 +183,34 @@ def _feed(args: argparse.Namespace, settings: Settings, stopper: StopOnSignal) -
     return generator
 
 
+def _report_until_stopped(
+    args: argparse.Namespace,
+    settings: Settings,
+    stopper: StopOnSignal,
+    generator: Generators | None,
+    broken: Callable[[], str | None],
+) -> int:
+    """Print the tables' counts and the streams' health every ``--report-seconds`` until Ctrl-C or
+    ``tidewater stop``; fail in one line when the generator or what ``broken`` watches fails."""
+    from tidewater.orchestration.platform import StreamReporter
+
+    reporter = StreamReporter(settings)
+    while not stopper.event.wait(args.report_seconds):
+        if generator is not None and generator.error:
+            raise TidewaterError(f"generator failed: {generator.error}")
+        problem = broken()
+        if problem:
+            raise TidewaterError(problem)
+        print(reporter.report(), flush=True)
+    print("tidewater: stopping", flush=True)
+    return 0
+
+
 def _platform_on_cluster(args: argparse.Namespace, settings: Settings) -> int:
     """The platform on the cluster profile's services: they run Airflow and the streams; this command
     feeds the topics and reports until Ctrl-C (stopping the cluster only if it started it)."""
     from tidewater.orchestration.cluster import Cluster
-    from tidewater.orchestration.platform import PlatformState, StreamReporter
+    from tidewater.orchestration.platform import PlatformState
 
     cluster = Cluster(settings)
     stopper = StopOnSignal().install()
@@ -212,16 +233,12 @@ def _platform_on_cluster(args: argparse.Namespace, settings: Settings) -> int:
             + (" and the cluster" if started else " (the cluster was running before: ./tw cluster down)"),
             flush=True,
         )
-        reporter = StreamReporter(settings)
-        while not stopper.event.wait(args.report_seconds):
-            if generator is not None and generator.error:
-                raise TidewaterError(f"generator failed: {generator.error}")
+
+        def services_down() -> str | None:
             down = [s.name for s in cluster.status() if not s.up]
-            if down:
-                raise TidewaterError(f"cluster service(s) stopped: {', '.join(down)}: see {cluster.dir}/logs")
-            print(reporter.report(), flush=True)
-        print("tidewater: stopping", flush=True)
-        return 0
+            return f"cluster service(s) stopped: {', '.join(down)}: see {cluster.dir}/logs" if down else None
+
+        return _report_until_stopped(args, settings, stopper, generator, services_down)
     finally:
         stopper.event.set()
         if generator is not None:
