@@ -209,6 +209,17 @@ def test_airflow_on_postgres_supervises_a_stream_on_the_standalone_master_into_t
         fs, path = storage.filesystem(layout.table_uri("silver"))
         files = fs.get_file_info(pafs.FileSelector(path, recursive=True))
     assert any(f.path.endswith(".parquet") for f in files)
+    # A second driver on the same checkpoints is refused in one line, before any JVM starts.
+    second = subprocess.run(
+        [sys.executable, "-m", "tidewater.cli", "stream", "rsvps"],
+        env=job_env(profile),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert second.returncode == 2, second.stderr
+    assert "in use by a running driver" in second.stderr and "Traceback" not in second.stderr
+
     # The stream's checkpoint lease is a PostgreSQL lock (the cluster's lock backend), held by its driver.
     with contextlib.closing(psycopg2.connect(settings.postgres_dsn)) as connection, connection.cursor() as cursor:
         cursor.execute("SELECT name FROM tidewater_locks")

@@ -284,7 +284,7 @@ class Cluster:
         services: dict[str, dict[str, Any]] = record.get("services", {})
         stopped: list[str] = []
         airflow = [name for name in services if name.startswith("airflow-")]
-        stopped += self._end(services, airflow, timeout_s=30)
+        stopped += self._end(services, airflow, timeout_s=15)
         if record.get("env"):
             from tidewater.orchestration.platform import stop_streams
 
