@@ -1,6 +1,8 @@
 """The ``tidewater`` command.
 
     tidewater platform            broker (embedded unless configured) + generator + Airflow + supervised streams
+                                  (--profile cluster: on the services of `tidewater cluster up`)
+    tidewater cluster up|down|status|env   the cluster profile: PostgreSQL, S3 server, broker on S3, Spark, Airflow
     tidewater stop                stop the platform started from this state folder
     tidewater streams [stop]      health of each supervised stream (or stop them)
     tidewater stream rsvps        run one pipeline's streaming queries (what spark_jobs/stream.py calls)
