@@ -327,16 +327,3 @@ def _port(ports: dict[str, int], name: str) -> int:
     if not (ports.get(name) and port_free(int(ports[name]))):
         ports[name] = free_port()
     return int(ports[name])
-
-
-def require_cluster_settings(settings: Settings) -> Settings:
-    """Settings of the running cluster profile, or one ClusterError line saying how to start it."""
-    cluster = Cluster(settings)
-    if not cluster.is_up():
-        down = [s.name for s in cluster.status() if not s.up]
-        raise ClusterError(
-            f"the cluster in {cluster.dir} is not running"
-            + (f" ({', '.join(down)} down)" if down else "")
-            + ": run ./tw cluster up"
-        )
-    return cluster.settings()
