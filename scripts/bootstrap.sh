@@ -35,4 +35,7 @@ echo "tidewater: setting up .venv (first run takes a minute or two)" >&2
 .venv/bin/python -m pip install --quiet --disable-pip-version-check "uv==0.13.9"
 .venv/bin/uv pip install --python .venv/bin/python --compile-bytecode --quiet \
   -r requirements.lock -e ".[dev]"
+# pyspark ships as an sdist: every fresh clone builds a ~1.4 GB wheel into uv's cache and leaves the
+# previous build unreachable there. Pruning drops only unreachable entries (tens of GB after a few dozen clones).
+.venv/bin/uv cache prune --quiet || true
 echo "$want" > "$stamp"

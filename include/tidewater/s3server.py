@@ -61,6 +61,15 @@ _TMP_SOCKETS = (
 )
 
 
+def low_disk_hint(folder: Path) -> str:
+    """Why writes time out when the disk is nearly full: SeaweedFS's volume server stops accepting
+    data below 1% free, and a put then waits until the client gives up."""
+    usage = shutil.disk_usage(folder)
+    if usage.free >= 0.02 * usage.total:
+        return ""
+    return f" (only {usage.free // 2**20} MB free on {folder}'s disk: the S3 server stores nothing below 1% free)"
+
+
 class S3ServerError(TidewaterError):
     """The embedded S3 server cannot start or answer."""
 
@@ -352,7 +361,8 @@ class S3Server:
                 last_error = exc
                 time.sleep(0.2)
         raise S3ServerError(
-            f"the S3 server did not become ready in {timeout_s:.0f} s: {last_error}; see {self.log_path}"
+            f"the S3 server did not become ready in {timeout_s:.0f} s: {last_error}{low_disk_hint(self.data_dir)}"
+            f"; see {self.log_path}"
         )
 
     @staticmethod

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pyspark.sql import SparkSession
 
 from tidewater.config import Settings
-from tidewater.processes import spark_child_env
+from tidewater.processes import scratch_dir, spark_child_env
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
@@ -55,8 +55,12 @@ def executor_env(settings: Settings, environ: Mapping[str, str] | None = None) -
     return {**forwarded, **settings.to_env()}
 
 
-def session_conf(settings: Settings, environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Every Spark setting of a tidewater session (pure: tested without a JVM)."""
+def session_conf(
+    settings: Settings, environ: Mapping[str, str] | None = None, *, scratch: str | None = None
+) -> dict[str, str]:
+    """Every Spark setting of a tidewater session (pure: tested without a JVM).
+
+    ``scratch`` is the driver's temporary folder (see :func:`tidewater.processes.scratch_dir`)."""
     conf = {
         "spark.driver.memory": settings.spark_driver_memory,
         "spark.driver.host": "127.0.0.1",
@@ -75,6 +79,8 @@ def session_conf(settings: Settings, environ: Mapping[str, str] | None = None) -
         "spark.ui.showConsoleProgress": "false",
         "spark.log.level": "WARN",
     }
+    if scratch:
+        conf |= {"spark.local.dir": scratch, "spark.driver.extraJavaOptions": f"-Djava.io.tmpdir={scratch}"}
     if not is_local_master(settings.spark_master):
         conf |= {
             "spark.cores.max": str(settings.spark_cores_max),
@@ -89,7 +95,8 @@ def session_conf(settings: Settings, environ: Mapping[str, str] | None = None) -
 def build_session(settings: Settings, app_name: str = "tidewater") -> SparkSession:
     prepare_environment(settings)
     builder = SparkSession.builder.master(settings.spark_master).appName(app_name)
-    for key, value in session_conf(settings).items():
+    scratch = scratch_dir(os.path.join(settings.state_dir, "scratch"))
+    for key, value in session_conf(settings, scratch=scratch).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

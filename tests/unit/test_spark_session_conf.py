@@ -47,3 +47,30 @@ def test_an_endpoint_in_the_environment_wins_and_nothing_unset_is_forwarded():
     env = executor_env(Settings(s3_endpoint_url="http://127.0.0.1:8333"), {"AWS_ENDPOINT_URL": "http://10.0.0.5:9000"})
     assert env["AWS_ENDPOINT_URL"] == "http://10.0.0.5:9000"
     assert "AWS_ACCESS_KEY_ID" not in env and "AWS_SESSION_TOKEN" not in env
+
+
+def test_the_jvms_temporary_files_go_to_the_drivers_scratch_folder():
+    conf = session_conf(Settings(), {}, scratch="/state/scratch/123")
+    assert conf["spark.local.dir"] == "/state/scratch/123"
+    assert conf["spark.driver.extraJavaOptions"] == "-Djava.io.tmpdir=/state/scratch/123"  # RocksDB, LZ4 libs
+    assert "spark.local.dir" not in session_conf(Settings(), {})
+
+
+def test_a_scratch_folder_is_per_process_and_a_dead_processs_one_is_removed(tmp_path):
+    import os
+    import subprocess
+
+    from tidewater.processes import scratch_dir
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    leftover = tmp_path / str(gone.pid)
+    (leftover / "spark-1234").mkdir(parents=True)
+    living = tmp_path / "1"  # pid 1 is alive: never touched
+    living.mkdir()
+    unrelated = tmp_path / "notes"
+    unrelated.mkdir()
+    mine = scratch_dir(tmp_path)
+    assert mine == str(tmp_path / str(os.getpid()))
+    assert os.path.isdir(mine)
+    assert not leftover.exists() and living.exists() and unrelated.exists()
