@@ -346,6 +346,7 @@ def test_s3_round_trip(spark: SparkSession, s3_lake_uri: str, tmp_path: Path) ->
     assert content(df) == want
     assert content(read_table(spark, target.uri, version=1)) == expected([1, 2])
     assert content(read_table(spark, target.uri, partition_filter={"day": ["2026-11-21"]})) == expected([3], DAY2)
+    assert content(read_table(spark, target.uri, partition_filter={"day": ["1999-01-01"]})) == []  # no file: no rows
     assert flat(source_stream(spark, target.uri, tmp_path / "cp-s3-source")) == [1, 2, 3]
     assert from_arrow_schema(LakeTable.arrow_schema(target.open())) == df.schema
 

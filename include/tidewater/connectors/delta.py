@@ -117,7 +117,8 @@ class DeltaBatchReader(DataSourceReader):
         return self.slices
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, FileSlice)
+        if not isinstance(partition, FileSlice):  # Spark plans one InputPartition(None) when there are no files
+            return iter(())
         return read_files(partition.files, self.schema)
 
 
@@ -205,7 +206,8 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return group_files(files)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, FileSlice)
+        if not isinstance(partition, FileSlice):  # Spark plans one InputPartition(None) when there are no files
+            return iter(())
         return read_files(partition.files, self.schema)
 
     def commit(self, end: dict) -> None:
