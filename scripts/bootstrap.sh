@@ -6,26 +6,31 @@ cd "$(dirname "$0")/.."
 PY="${TIDEWATER_PYTHON:-python3.11}"
 command -v "$PY" >/dev/null 2>&1 || PY=python3
 
-# Headless Chromium and its WebDriver for the UI tests (Debian packages). Checked on every run because
-# they live outside .venv: a fresh machine has the venv stamp's inputs but not the browser.
-ensure_browser() {
-  if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then return 0; fi
+# Debian packages that live outside .venv, checked on every run (a fresh machine has the venv stamp's
+# inputs but not these): headless Chromium and its WebDriver for the UI tests, and redis-server, the
+# queue of the cluster profile's CeleryExecutor option (the profile starts its own, on a free port).
+ensure_debian_packages() {
+  local missing=()
+  command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+  command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
+  command -v redis-server >/dev/null 2>&1 || [[ -x /usr/bin/redis-server ]] || missing+=(redis-server)
+  [[ ${#missing[@]} -eq 0 ]] && return 0
   local sudo=""
   if [[ "$(id -u)" != 0 ]]; then
     if command -v sudo >/dev/null 2>&1; then sudo="sudo -n"; else
-      echo "tidewater: chromium/chromedriver missing and not root: the UI tests will fail" >&2; return 0
+      echo "tidewater: ${missing[*]} missing and not root: the UI and Celery tests will fail" >&2; return 0
     fi
   fi
   if ! command -v apt-get >/dev/null 2>&1; then
-    echo "tidewater: chromium/chromedriver missing and no apt-get: the UI tests will fail" >&2; return 0
+    echo "tidewater: ${missing[*]} missing and no apt-get: the UI and Celery tests will fail" >&2; return 0
   fi
-  echo "tidewater: installing chromium and chromium-driver (headless browser for the UI tests)" >&2
-  local install=(env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium chromium-driver)
+  echo "tidewater: installing ${missing[*]} (Debian packages)" >&2
+  local install=(env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}")
   $sudo "${install[@]}" >/dev/null 2>&1 || { $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null 2>&1 \
     && $sudo "${install[@]}" >/dev/null; } \
-    || echo "tidewater: could not install chromium/chromium-driver: the UI tests will fail" >&2
+    || echo "tidewater: could not install ${missing[*]}: the UI and Celery tests will fail" >&2
 }
-ensure_browser
+ensure_debian_packages
 
 stamp=.venv/.tidewater-installed
 want="$(cat requirements.lock pyproject.toml | sha256sum | cut -d' ' -f1)"

@@ -25,6 +25,7 @@ ENV_PREFIX = "TIDEWATER_"
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 KAFKA_CLIENTS = ("kafka-python", "confluent")
 LOCK_BACKENDS = ("flock", "postgres")
+AIRFLOW_EXECUTORS = ("local", "celery")
 SASL_MECHANISMS = ("", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI")
 # A lake namespace is one plain path segment under the lake and checkpoint roots (``live``, a sandbox):
 # never empty, ".", ".." or anything with "/". Every place that takes one checks it with
@@ -336,6 +337,10 @@ class Settings:
             "empty, sqlite:///PATH or postgresql://...",
         ),
     )
+    # "local": tasks run as children of the scheduler (one host). "celery": the scheduler queues them on
+    # a Redis broker for `airflow celery worker`s, on this host or others (the cluster profile's option).
+    airflow_executor: str = setting("local", OneOf(AIRFLOW_EXECUTORS))
+    celery_broker_url: str = setting("", Pattern(r"(redis://\S+)?", "empty or redis://HOST:PORT/DB"))
     supervise_schedule: str = setting("*/1 * * * *", Schedule())
     batch_schedule: str = setting("@hourly", Schedule())
     # First data interval of the scheduled batch DAGs (ISO-8601). Empty: the DAGs start paused at a

@@ -3,8 +3,9 @@
 One profile for the module, brought up by the code behind ``tidewater cluster up``: PostgreSQL, the
 SeaweedFS S3 server with the lake's bucket, tansu with its log on that server, a Spark standalone master
 and worker (started with no ``TIDEWATER_*`` or ``AWS_*`` variable, as on a cluster whose workers were
-started long before any job), and Airflow on PostgreSQL. Its teardown is ``cluster down``, and fails if
-anything the profile started is still running.
+started long before any job), and Airflow on PostgreSQL with the CeleryExecutor option (Redis and a
+Celery worker run every task: supervision, the backfill's Spark jobs and audits). Its teardown is
+``cluster down``, and fails if anything the profile started is still running.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.airflow]
 
 SERVICES = {
     "postgres",
+    "redis",
     "s3",
     "broker",
     "spark-master",
@@ -57,6 +59,7 @@ SERVICES = {
     "airflow-scheduler",
     "airflow-dag-processor",
     "airflow-triggerer",
+    "airflow-celery-worker",
 }
 
 
@@ -97,7 +100,10 @@ def profile() -> Iterator[Cluster]:
     # PostgreSQL runs as the postgres user: its folder must be reachable by it (pytest's is root-only).
     root = Path(tempfile.mkdtemp(prefix="tidewater-cluster-"))
     root.chmod(0o755)
-    base = Settings(state_dir=str(root / "state"), pipelines="rsvps", airflow_port=free_port())
+    # The CeleryExecutor option (Redis, a Celery worker): the LocalExecutor is the embedded default's tests'.
+    base = Settings(
+        state_dir=str(root / "state"), pipelines="rsvps", airflow_port=free_port(), airflow_executor="celery"
+    )
     cluster = Cluster(base)
     recorded: list[int] = []
     try:
@@ -188,7 +194,8 @@ def test_airflow_on_postgres_supervises_a_stream_on_the_standalone_master_into_t
 
     wait_for(lambda: expected <= silver_ids(profile), timeout_s=300, what="every event in silver on the S3 lake")
     ui_port = profile.read()["ports"]["spark_master_ui"]
-    apps = spark_apps(settings, ui_port)
+    # (Airflow's scheduled jobs, e.g. the quarter-hourly late-data correction, may be running beside it.)
+    apps = [a for a in spark_apps(settings, ui_port) if a["name"].startswith("tidewater-stream-")]
     assert [a["name"] for a in apps] == ["tidewater-stream-rsvps"]  # submitted to the standalone master
     assert apps[0]["cores"] == settings.spark_cores_max  # its share, not every core of the worker
 
@@ -415,3 +422,81 @@ def test_two_recomputes_from_two_process_trees_are_serialized_by_the_postgres_lo
 def _silver_version(profile: Cluster, layout: PipelineLayout) -> int:
     with lake_environment(job_env(profile)):
         return LakeTable(layout.table_uri("silver")).version()
+
+
+def _rows(profile: Cluster, uri: str, drop: tuple[str, ...] = ()) -> list[tuple]:
+    """A table on the profile's S3 lake as sorted tuples (``drop``: columns left out)."""
+    with lake_environment(job_env(profile)):
+        table = LakeTable(uri).open().to_pyarrow_table()
+    table = table.select([c for c in table.column_names if c not in drop])
+    return sorted(tuple(sorted(row.items())) for row in table.to_pylist())
+
+
+def test_a_rest_backfill_on_postgres_recomputes_and_audits_an_hour_like_the_stream(profile: Cluster):
+    """Runs last, the stream stopped: a backfill of 10:00-11:00 created through Airflow's REST API runs
+    the batch DAG on Airflow-on-PostgreSQL, its Spark jobs on the standalone master. Every task succeeds,
+    every suite of the interval and its gold passes (parity with gold recomputed from silver included) and
+    is in the audit table labelled ``backfill``, and the recompute reproduces what the stream wrote:
+    the same silver rows, the same values in every gold window the stream had closed."""
+    settings = profile.settings()
+    pipeline = get_pipeline("rsvps")
+    layout = PipelineLayout.of(settings, pipeline)
+    dag_id = "tidewater_batch_rsvps"
+    hour = "2026-11-25T10:00:00+00:00"
+    silver_before = _rows(profile, layout.table_uri("silver"))
+    gold_before = {
+        g.name: _rows(profile, layout.table_uri(f"gold/{g.name}"), ("status", "revision")) for g in pipeline.gold
+    }
+    airflow = LocalAirflow(settings)
+    backfill = airflow.request(
+        "POST",
+        "/api/v2/backfills",
+        {"dag_id": dag_id, "from_date": hour, "to_date": hour, "max_active_runs": 1, "reprocess_behavior": "none"},
+    )
+
+    def finished() -> dict[str, Any] | None:
+        runs = airflow.request("GET", f"/api/v2/dags/{dag_id}/dagRuns?run_type=backfill&limit=10")["dag_runs"]
+        return runs[0] if len(runs) == 1 and runs[0]["state"] in ("success", "failed") else None
+
+    run = wait_for(finished, timeout_s=600, what=f"backfill {backfill['id']} of {hour}")
+    instances = airflow.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run['dag_run_id']}/taskInstances")
+    states = {t["task_id"]: t["state"] for t in instances["task_instances"]}
+    failed = {
+        task: _task_log_tail(settings, dag_id, run["dag_run_id"], task)
+        for task, st in states.items()
+        if st != "success"
+    }
+    for task, tail in failed.items():
+        print(f"--- {task} ({states[task]}):\n{tail}")
+    assert run["state"] == "success" and not failed, states
+    assert run["data_interval_start"].startswith("2026-11-25T10:00:00")
+
+    with lake_environment(job_env(profile)):
+        audits = LakeTable(layout.audit_uri()).open().to_pyarrow_table().to_pylist()
+        commit = LakeTable(layout.table_uri("silver")).history(limit=1)[0]
+    ours = [a for a in audits if a["dag_run_id"] == run["dag_run_id"]]
+    assert {(a["task_id"], a["suite"]) for a in ours} == {
+        ("audit_interval", "rsvps.bronze"),
+        ("audit_interval", "rsvps.records"),
+        ("audit_interval", "rsvps.silver"),
+        ("audit_interval", "rsvps.reconciliation"),
+        ("audit_gold", "rsvps.gold.venue_response_counts"),
+        ("audit_gold", "rsvps.gold.trending_venues"),
+        ("audit_gold", "rsvps.parity.gold.venue_response_counts"),
+        ("audit_gold", "rsvps.parity.gold.trending_venues"),
+    }, ours
+    assert all(a["success"] and a["trigger"] == "backfill" for a in ours), ours
+    assert commit.get("tidewater.run_id") == run["dag_run_id"], commit
+    assert _rows(profile, layout.table_uri("silver")) == silver_before
+    for gold in pipeline.gold:  # the windows the stream had closed, reproduced; the rest filled in
+        after = _rows(profile, layout.table_uri(f"gold/{gold.name}"), ("status", "revision"))
+        assert after and set(gold_before[gold.name]) <= set(after), gold.name
+
+
+def _task_log_tail(settings: Settings, dag_id: str, run_id: str, task_id: str, lines: int = 40) -> str:
+    """The end of a task's latest attempt log (what a failed assertion should show)."""
+    folder = settings.airflow_home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
+    attempts = sorted(folder.glob("attempt=*.log"))
+    return (
+        "\n".join(attempts[-1].read_text(errors="replace").splitlines()[-lines:]) if attempts else f"no log in {folder}"
+    )

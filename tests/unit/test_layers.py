@@ -30,6 +30,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "tidewater.dedup",
             "tidewater.scd2",
             "tidewater.postgres",
+            "tidewater.redis_server",
             "tidewater.spark_cluster",
         ),
     ),

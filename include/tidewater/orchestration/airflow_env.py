@@ -19,6 +19,7 @@ from pathlib import Path
 from cryptography.fernet import Fernet
 
 from tidewater.config import Settings
+from tidewater.errors import ConfigError
 from tidewater.paths import dags_folder, plugins_folder
 from tidewater.processes import spark_child_env
 
@@ -78,6 +79,27 @@ def api_url(settings: Settings) -> str:
     return f"http://127.0.0.1:{settings.airflow_port}"
 
 
+def executor_environment(settings: Settings) -> dict[str, str]:
+    """Airflow's executor: LocalExecutor, or CeleryExecutor on Redis with results in the metadata DB."""
+    if settings.airflow_executor != "celery":
+        return {"AIRFLOW__CORE__EXECUTOR": "LocalExecutor"}
+    # Checked here, not in Settings: `cluster up` is given "celery" before the Redis it starts exists.
+    if not (settings.celery_broker_url and settings.airflow_database_url.startswith(("postgresql", "mysql"))):
+        raise ConfigError(
+            "TIDEWATER_AIRFLOW_EXECUTOR='celery' needs TIDEWATER_CELERY_BROKER_URL (redis://127.0.0.1:6379/0) "
+            "and a PostgreSQL TIDEWATER_AIRFLOW_DATABASE_URL (workers share it); "
+            "`./tw cluster up --executor celery` sets both"
+        )
+    return {
+        "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
+        "AIRFLOW__CELERY__BROKER_URL": settings.celery_broker_url,
+        "AIRFLOW__CELERY__RESULT_BACKEND": "db+" + settings.airflow_database_url,
+        # Each worker slot forks a task supervisor; a Spark task then starts its own JVM.
+        "AIRFLOW__CELERY__WORKER_CONCURRENCY": str(settings.airflow_parallelism),
+        "AIRFLOW__CELERY__WORKER_PREFETCH_MULTIPLIER": "1",
+    }
+
+
 def airflow_environment(settings: Settings, airflow_secrets: AirflowSecrets) -> dict[str, str]:
     """Variables for every Airflow process (components, tasks, CLI) of the local deployment."""
     home = settings.airflow_home
@@ -89,7 +111,7 @@ def airflow_environment(settings: Settings, airflow_secrets: AirflowSecrets) -> 
         "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder()),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(plugins_folder()),  # the lake pages (tidewater.ui)
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        **executor_environment(settings),
         "AIRFLOW__CORE__PARALLELISM": str(settings.airflow_parallelism),
         "AIRFLOW__CORE__DEFAULT_TIMEZONE": "utc",
         "AIRFLOW__CORE__FERNET_KEY": airflow_secrets.fernet_key,

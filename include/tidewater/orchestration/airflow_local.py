@@ -42,6 +42,15 @@ COMPONENTS: dict[str, list[str]] = {
     "dag-processor": ["dag-processor"],
     "triggerer": ["triggerer", "--skip-serve-logs"],
 }
+# With the CeleryExecutor, a worker runs the tasks (its log server stays off: logs are local files).
+CELERY_WORKER = ["celery", "worker", "--skip-serve-logs"]
+
+
+def components(settings: Settings) -> dict[str, list[str]]:
+    """The Airflow processes a deployment runs: the four components, plus a Celery worker if chosen."""
+    if settings.airflow_executor == "celery":
+        return {**COMPONENTS, "celery-worker": CELERY_WORKER}
+    return dict(COMPONENTS)
 
 
 class AirflowError(TidewaterError):
@@ -97,7 +106,7 @@ class LocalAirflow:
         """Migrate the metadata database, start every component, wait until the API answers."""
         self.migrate()
         try:
-            for name, args in COMPONENTS.items():
+            for name, args in components(self.settings).items():
                 with open(self.log_dir / f"{name}.log", "ab") as out:
                     self.processes[name] = subprocess.Popen(
                         [self._airflow_bin(), *args],

@@ -40,6 +40,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="the cluster profile on this host: PostgreSQL, S3 server, durable broker, Spark standalone, Airflow",
     )
     cluster.add_argument("action", choices=("up", "down", "status", "env"))
+    cluster.add_argument(
+        "--executor",
+        choices=("local", "celery"),
+        default=None,
+        help="up: Airflow's executor (default: TIDEWATER_AIRFLOW_EXECUTOR); celery adds Redis and a Celery worker",
+    )
     cluster.set_defaults(func=cmd_cluster)
 
     stop = sub.add_parser("stop", help="stop the platform running from this state folder")
@@ -57,6 +63,8 @@ def cmd_cluster(args: argparse.Namespace, settings: Settings) -> int:
 
     from tidewater.orchestration.cluster import Cluster
 
+    if args.executor:
+        settings = settings.replace(airflow_executor=args.executor)
     cluster = Cluster(settings)
     if args.action == "up":
         cluster.up(progress=_say)

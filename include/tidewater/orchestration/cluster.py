@@ -3,7 +3,9 @@
     tidewater cluster up       PostgreSQL (leases, table locks, Airflow's metadata), the S3 server (the
                                lake's bucket and the broker's), tansu with its log on that S3 server, a
                                Spark standalone master and worker, Airflow (api-server, scheduler,
-                               dag-processor, triggerer) on PostgreSQL with the LocalExecutor
+                               dag-processor, triggerer) on PostgreSQL with the LocalExecutor, or
+                               with TIDEWATER_AIRFLOW_EXECUTOR=celery (``up --executor celery``) the
+                               CeleryExecutor, a Celery worker and Redis as its queue
     tidewater cluster status   each service: address, pid, up or down
     tidewater cluster env      the profile's variables: ``eval "$(./tw cluster env)"`` points any command at it
     tidewater cluster down     stop the streams, then every service ``up`` started, by PID
@@ -18,7 +20,7 @@ Everything lives in ``<state_dir>/cluster``:
     cluster.json    ports, pids and the profile's environment (mode 0600: it holds the S3 secret)
     platform/       the profile's own state folder (checkpoints, supervisor state, Airflow home), apart
                     from the embedded default's, so the two never mix
-    postgres/, broker/ (broker/s3: the S3 server), spark/, logs/
+    postgres/, broker/ (broker/s3: the S3 server), spark/, redis/ (Celery only), logs/
 
 Every service runs in a process group of its own, all on 127.0.0.1; ``down`` signals only the groups
 ``up`` recorded, and only while their leader's command line is still that service's (a reused pid of
@@ -41,6 +43,7 @@ from tidewater.config import Settings
 from tidewater.errors import TidewaterError
 from tidewater.postgres import LocalPostgres
 from tidewater.processes import command_line, end_groups, group_rss_bytes, signal_group
+from tidewater.redis_server import LocalRedis
 from tidewater.spark_cluster import StandaloneCluster
 
 CLUSTER_FILE = "cluster.json"
@@ -156,6 +159,14 @@ class Cluster:
             }
             self._write(record)
 
+            redis = None
+            if self.base.airflow_executor == "celery":
+                progress("tidewater: cluster: Redis (the CeleryExecutor's queue)...")
+                redis = LocalRedis(self.dir / "redis", _port(ports, "redis"))
+                redis.start()
+                services["redis"] = {"address": redis.url, "pid": redis.pid, "marker": f"127.0.0.1:{redis.port}"}
+                self._write(record)
+
             progress("tidewater: cluster: S3 server and broker (log on S3)...")
             broker = DurableBroker(
                 self.dir / "broker",
@@ -208,7 +219,10 @@ class Cluster:
                 "TIDEWATER_POSTGRES_DSN": postgres.dsn,
                 "TIDEWATER_AIRFLOW_DATABASE_URL": postgres.url(AIRFLOW_DATABASE),
                 "TIDEWATER_AIRFLOW_PORT": str(ports["airflow"]),
+                "TIDEWATER_AIRFLOW_EXECUTOR": self.base.airflow_executor,
             }
+            if redis is not None:
+                env["TIDEWATER_CELERY_BROKER_URL"] = redis.url
             record["env"] = env
             self._write(record)
             if airflow:
@@ -242,7 +256,8 @@ class Cluster:
                 record["services"][f"airflow-{name}"] = {
                     "address": airflow.url if name == "api-server" else "",
                     "pid": process.pid,
-                    "marker": "airflow",
+                    # Celery renames its main process "[celeryd: ...] (celery worker ...)".
+                    "marker": "celery worker" if name == "celery-worker" else "airflow",
                 }
             self._write(record)
         if airflow.secrets.created:
@@ -292,7 +307,7 @@ class Cluster:
                 stop_streams(self.settings())
             except TidewaterError as exc:
                 progress(f"tidewater: cluster: streams not stopped cleanly: {exc}")
-        for name in ("spark-worker", "spark-master", "broker", "s3"):
+        for name in ("redis", "spark-worker", "spark-master", "broker", "s3"):
             stopped += self._end(services, [name], timeout_s=20)
         if "postgres" in services:
             pid = services["postgres"].get("pid")
