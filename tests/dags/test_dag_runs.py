@@ -4,7 +4,8 @@ streaming job wrote from a real broker. The tests share one lake and run in file
 
 1. batch DAG: a blocking audit failure holds back the interval's gold (its success path, stream/batch
    parity and audits, runs as a REST backfill on the cluster profile's Airflow on PostgreSQL);
-2. replay DAG: bad params refused before Spark; a sandbox replay leaves live tables untouched;
+2. replay DAG: bad params refused before Spark (a sandbox replay leaving live tables untouched is
+   test_replay's, the job the DAG's replay task submits);
 3. late events arrive, the stream drops them behind the watermark; the correction DAG folds them
    into gold, marks the windows final and writes the ledger.
 """
@@ -18,7 +19,7 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from pipeline_helpers import gold_from_silver, produce_generated, run_stream, send, table_rows
+from pipeline_helpers import gold_from_silver, produce_generated, run_stream, send
 from tidewater.generator.events import GeneratorConfig, generate, parse_ts
 from tidewater.generator.producer import ensure_topic
 from tidewater.lake.reads import read_table
@@ -58,10 +59,6 @@ def gold_values(spark, settings, gold: str) -> list[tuple]:
     return sorted(tuple(r) for r in table.select(*columns).collect())
 
 
-def versions(layout: PipelineLayout) -> dict[str, int]:
-    return {name: layout.table(name).version() for name in layout.table_names}
-
-
 def test_blocking_audit_failure_holds_back_the_intervals_gold(airflow_home, world, spark):
     """Records lost before Kafka (sequence gaps) in 12:00-13:00: the reconciliation fails, the gate
     fails and the interval's gold is not published; the failure is in the audit table."""
@@ -98,32 +95,6 @@ def test_replay_dag_refuses_bad_params_before_spark(airflow_home, world):
     )
     assert result["task_states"]["validate"] == "failed"
     assert result["task_states"]["replay"] == "upstream_failed"  # no Spark job started
-
-
-def test_sandbox_replay_leaves_live_untouched(airflow_home, world, spark):
-    settings, layout = world["settings"], world["layout"]
-    live_versions = versions(layout)
-    conf = {
-        "pipeline": "rsvps",
-        "start": "2026-11-21T10:00:00Z",
-        "end": "2026-11-21T10:03:00Z",
-        "source": "bronze",
-        "target": "sandbox",
-        "sandbox_namespace": "sbx",
-    }
-    result = airflow_home.dag_test("tidewater_replay", conf, settings=settings)
-    assert result["task_states"] == {"validate": "success", "replay": "success", "audit": "success"}, result
-    assert versions(layout) == live_versions
-    sandbox_audits = DeltaTable(PipelineLayout.of(settings, RSVPS, "sbx").audit_uri()).to_pyarrow_table().to_pylist()
-    assert {r["suite"] for r in sandbox_audits} == {"rsvps.silver", *(f"rsvps.gold.{g.name}" for g in RSVPS.gold)}
-    assert {r["trigger"] for r in sandbox_audits} == {"replay"}
-
-    sandbox = PipelineLayout.of(settings, RSVPS, "sbx")
-    low, high = dt.datetime(2026, 11, 21, 10, 0), dt.datetime(2026, 11, 21, 10, 3)
-    live_ids = {r["event_id"] for r in table_rows(spark, settings, "silver") if low <= r["event_time"] < high}
-    sandbox_rows = [r.asDict() for r in read_table(spark, sandbox.table_uri("silver")).collect()]
-    assert {r["event_id"] for r in sandbox_rows} == live_ids
-    assert len(sandbox_rows) == len(live_ids)
 
 
 def test_correction_dag_folds_late_events_into_gold_with_a_ledger(airflow_home, world, spark):

@@ -8,8 +8,8 @@ and triggerer, the embedded broker and detached Spark streaming jobs.
    profile's test, on Airflow's PostgreSQL).
 4. ``tidewater stop`` ends every process the platform started.
 
-A second test shows a stream outliving Airflow: Airflow stops, the stream keeps committing,
-Airflow comes back and starts no second copy.
+That a stream outlives Airflow (and Airflow, back, starts no second copy) and a stop from the UI's
+control DAG are the cluster profile's tests (tests/integration/test_cluster_profile.py).
 """
 
 from __future__ import annotations
@@ -22,8 +22,6 @@ import re
 import signal
 import subprocess
 import sys
-import threading
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -33,13 +31,11 @@ import pytest
 from pipeline_helpers import table_rows, wait_for
 from tidewater.broker import free_port
 from tidewater.config import Settings
-from tidewater.generator.producer import ensure_topic
-from tidewater.orchestration.airflow_local import AirflowError, LocalAirflow
-from tidewater.orchestration.platform import start_generator
-from tidewater.orchestration.supervisor import RUNNING, STOPPED, StreamControl
+from tidewater.orchestration.airflow_local import LocalAirflow
+from tidewater.orchestration.supervisor import RUNNING, StreamControl
 from tidewater.pipelines import get_pipeline
 from tidewater.pipelines.layout import PipelineLayout
-from tidewater.processes import alive, group_members
+from tidewater.processes import group_members
 
 pytestmark = [pytest.mark.slow, pytest.mark.airflow]
 
@@ -150,91 +146,6 @@ def test_platform_end_to_end(spark, tmp_path: Path):
         assert sorted(offsets) == list(range(max(offsets) + 1)), f"partition {partition}"
     silver = table_rows(spark, settings, "silver")
     assert Counter(r["event_id"] for r in silver).most_common(1)[0][1] == 1
-
-
-def test_stream_outlives_airflow(broker, tmp_path: Path):
-    settings = Settings(
-        state_dir=str(tmp_path / "state"),
-        airflow_port=free_port(),
-        kafka_bootstrap_servers=broker.bootstrap_servers,
-        kafka_topic_prefix=f"outlive-{os.getpid()}-",
-        pipelines="rsvps",  # one stream job is what this test is about
-    )
-    ensure_topic(settings, settings.topic(RSVPS.source().topic), 2)
-    stop_generator = threading.Event()
-    generator = start_generator(settings, rate=30, seed=3, stop=stop_generator)
-    control = StreamControl(settings, "rsvps")
-    airflow = LocalAirflow(settings)
-    try:
-        airflow.start()
-        # Supervision runs are triggered rather than awaited on the minute schedule (the platform test
-        # covers the schedule); they run the same task.
-        supervise_now(airflow)
-        wait_for(lambda: control.health().state == RUNNING, timeout_s=300, what="the supervised stream")
-        pid = control.health().pid
-        airflow.stop()
-
-        # Airflow is down: the stream keeps committing.
-        rows = silver_rows(settings)
-        wait_for(lambda: silver_rows(settings) > rows, timeout_s=120, what="commits while Airflow is down")
-        assert control.health().state == RUNNING and control.health().pid == pid
-
-        # Airflow is back: its supervisor sees the lease and starts no second copy.
-        airflow = LocalAirflow(settings)
-        airflow.start()
-        assert supervise_now(airflow) == "success"
-        assert control.health().pid == pid
-        starts = [e for e in (control.dir / "events.jsonl").read_text().splitlines() if '"event": "start"' in e]
-        assert len(starts) == 1, starts
-
-        # Stopping from the UI (the control DAG) ends the Spark job within the bounded time, and the
-        # supervisor then leaves it stopped.
-        began = time.monotonic()
-        run = airflow.request(
-            "POST",
-            "/api/v2/dags/tidewater_stream_control/dagRuns",
-            {"logical_date": None, "conf": {"pipeline": "rsvps", "action": "stop"}},
-        )
-        state = finished_state(airflow, "tidewater_stream_control", run["dag_run_id"], timeout_s=180)
-        took = time.monotonic() - began
-        assert state == "success"
-        assert not control.lease_pids() and not alive(pid)
-        assert took < settings.stream_stop_timeout_seconds + 60, took  # stop timeout + scheduling the run
-        assert supervise_now(airflow) == "success"
-        assert control.health().state == STOPPED and not control.lease_pids()
-    finally:
-        stop_generator.set()
-        airflow.stop()
-        control.stop(reason="test cleanup", timeout_s=30)
-        generator.join(timeout=10)
-    assert not control.lease_pids()
-    assert not alive(pid)
-
-
-def finished_state(airflow: LocalAirflow, dag_id: str, run_id: str, *, timeout_s: float) -> str:
-    path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}"
-    return wait_for(
-        lambda: (state := airflow.request("GET", path)["state"]) in ("success", "failed") and state,
-        timeout_s=timeout_s,
-        what=f"{dag_id} run {run_id}",
-    )
-
-
-def supervise_now(airflow: LocalAirflow) -> str:
-    """Trigger one supervision run (once the DAG is parsed) and return its final state."""
-
-    def trigger() -> dict[str, Any] | None:
-        try:
-            return airflow.request("POST", "/api/v2/dags/tidewater_supervise_streams/dagRuns", {"logical_date": None})
-        except AirflowError as exc:
-            if "HTTP 404" in str(exc) or "HTTP 5" in str(exc):  # not parsed yet, or the metadata DB was busy
-                return None
-            raise
-        except OSError:  # no answer in time (the API server waited for SQLite's write lock)
-            return None
-
-    run = wait_for(trigger, timeout_s=240, what="the supervising DAG to accept a run")
-    return finished_state(airflow, "tidewater_supervise_streams", run["dag_run_id"], timeout_s=240)
 
 
 def _by_partition(rows: list[dict[str, Any]]) -> dict[int, list[int]]:

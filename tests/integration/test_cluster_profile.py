@@ -41,7 +41,7 @@ from tidewater.lake.pg_locks import PostgresLock
 from tidewater.lake.tables import LakeTable
 from tidewater.orchestration.airflow_local import LocalAirflow
 from tidewater.orchestration.cluster import AIRFLOW_DATABASE, Cluster
-from tidewater.orchestration.supervisor import StreamControl
+from tidewater.orchestration.supervisor import RUNNING, STOPPED, StreamControl
 from tidewater.pipelines import get_pipeline
 from tidewater.pipelines.layout import PipelineLayout
 from tidewater.processes import alive, group_members
@@ -234,6 +234,46 @@ def test_airflow_on_postgres_supervises_a_stream_on_the_standalone_master_into_t
     assert f"checkpoint:{layout.namespace}/rsvps/bronze" in names
 
 
+def run_dag(settings: Settings, dag_id: str, conf: dict[str, Any] | None = None, *, timeout_s: float = 240) -> str:
+    """Trigger one run of ``dag_id`` over REST (as the UI's trigger button does); its final state."""
+    airflow = LocalAirflow(settings)
+    run = airflow.request("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf or {}})
+    path = f"/api/v2/dags/{dag_id}/dagRuns/{run['dag_run_id']}"
+    return wait_for(
+        lambda: (state := airflow.request("GET", path)["state"]) in ("success", "failed") and state,
+        timeout_s=timeout_s,
+        what=f"{dag_id} run {run['dag_run_id']}",
+    )
+
+
+def test_the_stream_does_not_need_airflow_and_airflow_starts_no_second_copy(profile: Cluster):
+    """Runs after the supervision test, on its stream. Every Airflow process is paused (SIGSTOP: for the
+    stream, as good as Airflow being down): the stream, detached from the task that launched it, keeps
+    committing. Resumed, a supervision run finds the stream's lease and starts no second copy."""
+    settings = profile.settings()
+    control = StreamControl(settings, "rsvps")
+    driver = control.health().pid
+    assert driver and control.health().state == RUNNING
+    services = profile.read()["services"]
+    groups = [int(s["pid"]) for name, s in services.items() if name.startswith("airflow-") and s.get("pid")]
+    for group in groups:
+        os.killpg(group, signal.SIGSTOP)
+    try:
+        # Events of 09:00: an hour the other tests neither send to nor recompute.
+        sent = send_batch(settings, 13, "2026-11-25T09:00:00Z", 300)
+        expected = {r.event_id for r in sent if r.kind != "malformed"}
+        wait_for(lambda: expected <= silver_ids(profile), timeout_s=180, what="commits while Airflow is paused")
+        assert control.health().pid == driver
+    finally:
+        for group in groups:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, signal.SIGCONT)
+    assert run_dag(settings, "tidewater_supervise_streams") == "success"
+    assert control.health().pid == driver and control.lease_pids() == {driver}
+    starts = [e for e in (control.dir / "events.jsonl").read_text().splitlines() if '"event": "start"' in e]
+    assert len(starts) == 1, starts
+
+
 def send_batch(settings: Settings, seed: int, start: str, count: int) -> list[Any]:
     topic = settings.topic(get_pipeline("rsvps").source().topic)
     return produce_generated(settings, topic, GeneratorConfig(seed=seed, start_time_ms=parse_ts(start), rate=50), count)
@@ -294,6 +334,8 @@ def test_a_broker_restart_and_a_killed_driver_lose_nothing_and_write_nothing_twi
 
     relaunched = control.lease_pids()
     assert relaunched and not relaunched & killed
+    runs = LocalAirflow(settings).request("GET", "/api/v2/dags/tidewater_supervise_streams/dagRuns?limit=100")
+    assert any(r["state"] == "failed" for r in runs["dag_runs"])  # the relaunch is an incident in the grid
     coordinates = bronze_coordinates(profile)
     assert len(coordinates) == len(set(coordinates))  # no record twice, across the restart and the kill
     assert len(coordinates) == len(before) + len(sent)  # and none lost
@@ -366,10 +408,15 @@ def test_two_recomputes_from_two_process_trees_are_serialized_by_the_postgres_lo
     connection, as a third writer would): PostgreSQL shows both recomputes waiting on it. Released, they
     take it one after the other: both succeed, each replace is its own commit, and silver holds exactly
     the events it held (a recompute reproduces the stream). The stream is stopped first, so the only
-    waiters are the two recomputes."""
+    waiters are the two recomputes; it is stopped as from the UI, through the control DAG."""
     settings = profile.settings()
     layout = PipelineLayout.of(settings, get_pipeline("rsvps"))
-    StreamControl(settings, "rsvps").stop(reason="the recompute race runs alone")
+    # Stopped from the UI's control DAG (a stop request the driver polls; no signal needed on a cluster).
+    control = StreamControl(settings, "rsvps")
+    assert run_dag(settings, "tidewater_stream_control", {"pipeline": "rsvps", "action": "stop"}) == "success"
+    assert not control.lease_pids()
+    stop = [e for e in control.events() if e["event"] == "stop"][-1]
+    assert stop["how"] == "request" and not stop["forced"], stop  # the driver stopped itself: no signal sent
     before = silver_ids(profile)
     version_before = _silver_version(profile, layout)
     lock = layout.lock("silver")
@@ -417,6 +464,7 @@ def test_two_recomputes_from_two_process_trees_are_serialized_by_the_postgres_lo
     assert sorted(c.get("tidewater.run_id") for c in commits) == ["race-1", "race-2"]
     assert _silver_version(profile, layout) == version_before + 2  # one commit each, one after the other
     assert silver_ids(profile) == before
+    assert control.health().state == STOPPED  # the minute's supervision runs left it stopped
 
 
 def _silver_version(profile: Cluster, layout: PipelineLayout) -> int:
@@ -461,6 +509,8 @@ def test_a_rest_backfill_on_postgres_recomputes_and_audits_an_hour_like_the_stre
     run = wait_for(finished, timeout_s=600, what=f"backfill {backfill['id']} of {hour}")
     instances = airflow.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run['dag_run_id']}/taskInstances")
     states = {t["task_id"]: t["state"] for t in instances["task_instances"]}
+    print("task durations (s):", {t["task_id"]: round(t["duration"] or 0, 1) for t in instances["task_instances"]})
+    print("run:", run["start_date"], "->", run["end_date"], "queued", run.get("queued_at"))
     failed = {
         task: _task_log_tail(settings, dag_id, run["dag_run_id"], task)
         for task, st in states.items()

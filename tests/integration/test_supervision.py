@@ -3,8 +3,8 @@ start is restarted a bounded number of times, marked failed, and resumed on requ
 
 (Start, kill -9 and restart with nothing lost or duplicated, through the real Airflow scheduler: on
 the embedded default in tests/e2e/test_platform.py, on the cluster profile (a second driver refused in
-one line too) in tests/integration/test_cluster_profile.py; a bounded stop in
-tests/integration/test_stop_by_request.py. Here StreamControl is driven directly, as the supervising
+one line, a stream that outlives Airflow, a stop by request from the control DAG) in
+tests/integration/test_cluster_profile.py. Here StreamControl is driven directly, as the supervising
 DAG's task does, so each step can be checked in isolation.)
 """
 
