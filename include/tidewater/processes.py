@@ -154,9 +154,11 @@ def spark_child_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
 def scratch_dir(root: str | os.PathLike[str]) -> str:
     """This process's own scratch folder under ``root``, after removing those of processes now dead.
 
-    The JVM leaves ``spark-*``, ``blockmgr-*`` and native libraries (RocksDB, LZ4) in its temporary
-    folder and removes them only on an orderly exit: a driver killed with SIGKILL leaks ~75 MB each
-    time. Keeping them in a per-pid folder lets the next process clean up what a killed one left."""
+    Spark keeps ``spark-*`` and ``blockmgr-*`` in its local folder and removes them only on an orderly
+    exit: a driver killed with SIGKILL leaked ~75 MB into /tmp each time. Keeping them in a per-pid
+    folder lets the next process clean up what a killed one left. (The JVM's own temporary folder,
+    where RocksDB and LZ4 unpack their native libraries, follows only when the session starts the JVM;
+    spark-submit starts it before any of our code runs.)"""
     import shutil
 
     base = os.path.abspath(root)
