@@ -334,8 +334,13 @@ def test_a_broker_restart_and_a_killed_driver_lose_nothing_and_write_nothing_twi
 
     relaunched = control.lease_pids()
     assert relaunched and not relaunched & killed
-    runs = LocalAirflow(settings).request("GET", "/api/v2/dags/tidewater_supervise_streams/dagRuns?limit=100")
-    assert any(r["state"] == "failed" for r in runs["dag_runs"])  # the relaunch is an incident in the grid
+    airflow = LocalAirflow(settings)
+
+    def incident_shown() -> bool:  # the run that relaunched the stream fails, so the grid shows it
+        runs = airflow.request("GET", "/api/v2/dags/tidewater_supervise_streams/dagRuns?limit=100")["dag_runs"]
+        return any(r["state"] == "failed" for r in runs)
+
+    wait_for(incident_shown, timeout_s=120, what="the supervision run that relaunched the stream to show as failed")
     coordinates = bronze_coordinates(profile)
     assert len(coordinates) == len(set(coordinates))  # no record twice, across the restart and the kill
     assert len(coordinates) == len(before) + len(sent)  # and none lost
