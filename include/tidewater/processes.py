@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -159,8 +160,6 @@ def scratch_dir(root: str | os.PathLike[str]) -> str:
     folder lets the next process clean up what a killed one left. (The JVM's own temporary folder,
     where RocksDB and LZ4 unpack their native libraries, follows only when the session starts the JVM;
     spark-submit starts it before any of our code runs.)"""
-    import shutil
-
     base = os.path.abspath(root)
     os.makedirs(base, exist_ok=True)
     for name in os.listdir(base):

@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from tidewater.config import Settings
+from tidewater.config import AIRFLOW_EXECUTORS, Settings
 from tidewater.errors import TidewaterError
 from tidewater.processes import StopOnSignal
 
@@ -42,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     cluster.add_argument("action", choices=("up", "down", "status", "env"))
     cluster.add_argument(
         "--executor",
-        choices=("local", "celery"),
+        choices=AIRFLOW_EXECUTORS,
         default=None,
         help="up: Airflow's executor (default: TIDEWATER_AIRFLOW_EXECUTOR); celery adds Redis and a Celery worker",
     )
