@@ -1,20 +1,28 @@
-"""Streaming benchmark: throughput Kafka -> silver, end-to-end latency, peak memory.
+"""Streaming benchmark: throughput Kafka -> silver, end-to-end latency, memory, and where the time goes.
 
-Runs the real streaming job (spark-submit spark_jobs/stream.py: bronze, silver and both gold
-queries) against the embedded broker, on the local file system, and prints:
+Runs the real streaming job of each pipeline (spark-submit spark_jobs/stream.py: every query of the
+pipeline: bronze+silver per source and every gold table) against the embedded broker, on the local
+file system, ``--runs`` times (3 by default: one run is not a figure on a shared 2-core host), and
+prints for each pipeline the median and the spread (min-max) of:
 
-1. sustained events/s from Kafka to silver while draining a backlog in micro-batches of 100k
-   (slope of silver's row count between 20% and 90% of the backlog, so start-up is not counted);
-2. end-to-end latency p50/p95 at a fixed offered rate with a 1-second trigger: for every event,
-   the time of the silver Delta commit that made it visible minus its Kafka timestamp (events of
-   the first ``--warmup-seconds`` are produced but not counted: JIT and Python worker start-up);
-3. peak RSS of the streaming job (JVM + Python driver + Python workers, summed over its session).
+1. sustained records/s from Kafka to silver (+ quarantine) while draining a backlog of the pipeline's
+   sample events in micro-batches of 100k (slope between 20% and 90% of the backlog, so start-up and
+   the last batch are not counted), and the peak RSS meanwhile;
+2. end-to-end latency at a fixed offered rate with a 1-second trigger: for every event, the time of the
+   silver Delta commit that made it visible minus its Kafka timestamp (p50, p95), and per gold table the
+   commit of the first gold micro-batch that read it (p95); events of the first ``--warmup-seconds``
+   are produced but not counted (JIT and Python worker start-up); and the peak RSS at that rate.
 
-    ./tw bench                       # defaults below
-    ./tw bench --backlog 300000 --rate 2000 --latency-seconds 60
-    ./tw bench --profile cluster     # the same on the cluster profile (tidewater.orchestration.cluster):
-                                     # Spark standalone master and worker, the lake on the S3 server,
-                                     # the broker's log on it, locks and leases in PostgreSQL
+Peak RSS is the job's whole process tree (JVM + Python driver + Python workers). ``--profile`` also
+writes where each micro-batch's time goes, per phase (:mod:`tidewater.phase_clock`), to
+``benchmarks/PROFILE.md``.
+
+    ./tw bench                                  # every pipeline, 3 runs each
+    ./tw bench --pipelines rsvps --runs 1 --profile
+    ./tw bench --backlog 800000 --rate 2000 --latency-seconds 60
+    ./tw bench --cluster    # on the cluster profile (tidewater.orchestration.cluster): Spark standalone
+                            # master and worker, the lake on the S3 server, the broker's log on it,
+                            # locks and leases in PostgreSQL
 
 On the cluster profile the executors run under the Spark worker, not in the job's process tree: their
 memory is reported apart (the worker's process tree minus what it held before the job).
@@ -24,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime as dt
 import json
 import os
 import platform
@@ -36,21 +45,22 @@ import time
 from collections.abc import Iterator
 from multiprocessing import Process
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 
 from tidewater.broker import EmbeddedBroker
 from tidewater.config import Settings
+from tidewater.connectors.kafka_client import KafkaPythonClient, kafka_python_config
 from tidewater.generator.events import GeneratorConfig
-from tidewater.generator.producer import ensure_topic, produce
+from tidewater.generator.producer import ensure_topic, pipeline_topics, produce
 from tidewater.lake.storage import filesystem
 from tidewater.lake.tables import LakeTable
-from tidewater.pipelines import get_pipeline
+from tidewater.pipelines import all_pipelines, get_pipeline
+from tidewater.pipelines.base import Pipeline
 from tidewater.pipelines.layout import PipelineLayout
 from tidewater.processes import stop_process_group
 from tidewater.streaming.jobs import launch_stream_job
-
-RSVPS = get_pipeline("rsvps")
 
 
 def session_rss_bytes(sid: int) -> int:
@@ -93,23 +103,54 @@ class MemorySampler(threading.Thread):
 WORKER_SID: int | None = None  # the cluster profile's Spark worker, whose process tree holds the executors
 
 
-def silver_rows(settings: Settings) -> int:
-    table = LakeTable(PipelineLayout.of(settings, RSVPS).table_uri("silver"))
-    return table.row_count() if table.exists() else 0
+# ---- what a pipeline's job wrote ------------------------------------------------------------------
 
 
-def _produce_share(settings: Settings, topic: str, seed: int, count: int, start_ms: int) -> None:
+def processed_rows(settings: Settings, pipeline: Pipeline) -> int:
+    """Rows of every source's silver and quarantine: the records the job has taken past bronze."""
+    layout = PipelineLayout.of(settings, pipeline)
+    total = 0
+    for source in pipeline.sources:
+        for tier in ("silver", "quarantine"):
+            table = layout.source_table(source, tier)
+            total += table.row_count() if table.exists() else 0
+    return total
+
+
+def produced_records(settings: Settings, pipeline: Pipeline) -> int:
+    """Records in all of the pipeline's topics (a source's events and the follow-ups they cause)."""
+    client = KafkaPythonClient(kafka_python_config(settings), stall_timeout_s=15)
+    try:
+        total = 0
+        for source in pipeline.sources:
+            topic = settings.topic(source.topic)
+            total += sum(client.end_offsets(topic, client.partitions(topic)).values())
+        return total
+    finally:
+        client.close()
+
+
+def _produce_share(settings: Settings, name: str, seed: int, count: int, start_ms: int) -> None:
+    pipeline = get_pipeline(name)
+    topic, follow_ups = pipeline_topics(settings, pipeline)
     config = GeneratorConfig(seed=seed, start_time_ms=start_ms, rate=100_000, producers=1)
-    produce(settings, topic, config, count=count, realtime=False)
+    produce(settings, topic, config, count=count, realtime=False, events=pipeline.sample_events, topics=follow_ups)
 
 
-def preload(settings: Settings, topic: str, total: int, processes: int = 2) -> float:
-    """Fill the topic with ``total`` events from several producer processes; returns seconds taken."""
+def create_topics(settings: Settings, pipeline: Pipeline) -> None:
+    for source in pipeline.sources:
+        ensure_topic(settings, settings.topic(source.topic), 4)
+
+
+def preload(settings: Settings, pipeline: Pipeline, events: int, processes: int = 2) -> float:
+    """Fill the pipeline's topics with ``events`` sample events (plus their follow-ups) from several
+    producer processes; returns the seconds taken."""
     started = time.monotonic()
-    share = total // processes
+    share = events // processes
     start_ms = int(time.time() * 1000) - 3_600_000
     workers = [
-        Process(target=_produce_share, args=(settings, topic, 1000 + i, share, start_ms + i)) for i in range(processes)
+        Process(target=_produce_share, args=(settings, pipeline.name, 1000 + i, share, start_ms + i))
+        for i in range(processes)
     ]
     for worker in workers:
         worker.start()
@@ -120,22 +161,23 @@ def preload(settings: Settings, topic: str, total: int, processes: int = 2) -> f
     return time.monotonic() - started
 
 
-def phase_lake(base: Settings, phase: str) -> str:
-    """A lake of its own per phase: under the state folder by default, under the S3 root on a cluster."""
-    return f"{base.lake_root.rstrip('/')}/{phase}" if base.lake_root else ""
+def phase_settings(base: Settings, pipeline: Pipeline, phase: str, run: int, work: Path) -> Settings:
+    """A state folder, a lake and topics of their own per pipeline, phase and run."""
+    label = f"{pipeline.name}-{phase}-{run}"
+    lake = f"{base.lake_root.rstrip('/')}/{label}" if base.lake_root else ""  # on a cluster: under the S3 root
+    return base.replace(state_dir=str(work / label), lake_root=lake, kafka_topic_prefix=f"{label}-")
 
 
-def measure_throughput(base: Settings, backlog: int, work: Path) -> dict[str, float]:
+def measure_throughput(base: Settings, pipeline: Pipeline, backlog: int, run: int, work: Path) -> dict[str, Any]:
     # Batches of 100k: the first (cold JVM) batch is a small part of the backlog, and the slope
     # below is taken between 20% and 90% of it, i.e. at steady state.
-    settings = base.replace(
-        state_dir=str(work / "throughput"), lake_root=phase_lake(base, "throughput"), max_offsets_per_trigger=100_000
-    )
-    topic = settings.topic(RSVPS.source().topic)
-    ensure_topic(settings, topic, 4)
-    produce_s = preload(settings, topic, backlog)
-    print(f"  backlog of {backlog:,} events produced in {produce_s:.1f} s", flush=True)
-    job = launch_stream_job(settings, "rsvps", work / "throughput.log")
+    settings = phase_settings(base, pipeline, "throughput", run, work).replace(max_offsets_per_trigger=100_000)
+    create_topics(settings, pipeline)
+    produce_s = preload(settings, pipeline, backlog)
+    records = produced_records(settings, pipeline)
+    print(f"    backlog of {records:,} records produced in {produce_s:.1f} s", flush=True)
+    log_path = work / f"{pipeline.name}-throughput-{run}.log"
+    job = launch_stream_job(settings, pipeline.name, log_path)
     sampler = MemorySampler(job.pid, WORKER_SID)
     sampler.start()
     samples: list[tuple[float, int]] = []
@@ -143,144 +185,389 @@ def measure_throughput(base: Settings, backlog: int, work: Path) -> dict[str, fl
         deadline = time.monotonic() + 1800
         while time.monotonic() < deadline:
             if job.poll() is not None:
-                raise SystemExit(f"streaming job died: see {work / 'throughput.log'}")
-            rows = silver_rows(settings)
+                raise SystemExit(f"streaming job died: see {log_path}")
+            rows = processed_rows(settings, pipeline)
             samples.append((time.monotonic(), rows))
-            if rows >= backlog:
+            if rows >= records:
                 break
             time.sleep(0.5)
     finally:
         sampler.stopped.set()
         stop_process_group(job, timeout_s=30)
-    lo, hi = 0.2 * backlog, 0.9 * backlog
-    t_lo = next(t for t, r in samples if r >= lo)
-    t_hi = next(t for t, r in samples if r >= hi)
-    r_lo = next(r for t, r in samples if r >= lo)
-    r_hi = next(r for t, r in samples if r >= hi)
     return {
-        "events_per_s": (r_hi - r_lo) / max(t_hi - t_lo, 1e-9),
+        "events_per_s": drain_rate(samples, records),
         "peak_rss_gb": sampler.peak / 2**30,
         "executor_peak_rss_gb": sampler.executor_peak / 2**30,
+        "progress": str(PipelineLayout.of(settings, pipeline).progress_dir() / "progress.jsonl"),
     }
 
 
-def measure_latency(base: Settings, rate: float, seconds: float, warmup: float, work: Path) -> dict[str, float]:
-    settings = base.replace(state_dir=str(work / "latency"), lake_root=phase_lake(base, "latency"), trigger_seconds=1.0)
-    topic = settings.topic(RSVPS.source().topic)
-    ensure_topic(settings, topic, 4)
-    job = launch_stream_job(settings, "rsvps", work / "latency.log")
+def drain_rate(samples: list[tuple[float, int]], total: int) -> float:
+    """Rows per second between 20% and 90% of ``total`` (start-up and the last batch not counted)."""
+    lo = next((t, r) for t, r in samples if r >= 0.2 * total)
+    hi = next(((t, r) for t, r in samples if r >= 0.9 * total), samples[-1])
+    return (hi[1] - lo[1]) / max(hi[0] - lo[0], 1e-9)
+
+
+def measure_latency(
+    base: Settings, pipeline: Pipeline, rate: float, seconds: float, warmup: float, run: int, work: Path
+) -> dict[str, Any]:
+    settings = phase_settings(base, pipeline, "latency", run, work).replace(trigger_seconds=1.0)
+    create_topics(settings, pipeline)
+    log_path = work / f"{pipeline.name}-latency-{run}.log"
+    job = launch_stream_job(settings, pipeline.name, log_path)
     sampler = MemorySampler(job.pid, WORKER_SID)
     sampler.start()
-    layout = PipelineLayout.of(settings, RSVPS)
+    layout = PipelineLayout.of(settings, pipeline)
+    first_bronze = layout.progress_dir() / f"{pipeline.query_of(pipeline.sources[0], 'bronze')}.json"
+    topic, follow_ups = pipeline_topics(settings, pipeline)
     try:
         # Start producing only once the job runs (so JVM start-up is not latency).
         deadline = time.monotonic() + 300
-        while not (layout.progress_dir() / "bronze.json").exists():
+        while not first_bronze.exists():
             if job.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"streaming job did not start: see {work / 'latency.log'}")
+                raise SystemExit(f"streaming job did not start: see {log_path}")
             time.sleep(0.5)
         config = GeneratorConfig(seed=77, rate=rate, producers=1)
         measured_from = time.time() + warmup
-        report = produce(settings, topic, config, duration_s=warmup + seconds, realtime=True)
-        total = report.sent
+        report = produce(
+            settings,
+            topic,
+            config,
+            duration_s=warmup + seconds,
+            realtime=True,
+            events=pipeline.sample_events,
+            topics=follow_ups,
+        )
+        total = produced_records(settings, pipeline)
         deadline = time.monotonic() + 120
-        while silver_rows(settings) < total and time.monotonic() < deadline:
+        while processed_rows(settings, pipeline) < total and time.monotonic() < deadline:
             time.sleep(0.5)
+        time.sleep(2 * settings.gold_trigger_seconds)  # the last silver commits reach gold
     finally:
         sampler.stopped.set()
         stop_process_group(job, timeout_s=30)
-    latencies = commit_latencies(LakeTable(layout.table_uri("silver")), produced_after=measured_from)
-    latencies.sort()
+    silver = {
+        source.name: commit_latencies(layout.source_table(source, "silver"), produced_after=measured_from)
+        for source in pipeline.sources
+    }
+    events = sorted(commit - t for commits in silver.values() for commit, produced in commits for t in produced)
+    progress = layout.progress_dir() / "progress.jsonl"
+    gold = {
+        table.name: sorted(
+            gold_latencies(
+                [silver[s.name] for s in pipeline.inputs(table)],
+                LakeTable(layout.table_uri(f"gold/{table.name}")),
+                gold_batch_starts(progress, f"{layout.namespace}.{pipeline.name}.gold_{table.name}"),
+            )
+        )
+        for table in pipeline.gold
+    }
     return {
         "offered_rate": rate,
         "achieved_rate": report.rate,
-        "events": len(latencies),
-        "p50_s": statistics.median(latencies),
-        "p95_s": latencies[int(0.95 * (len(latencies) - 1))],
-        "max_s": latencies[-1],
+        "events": len(events),
+        "p50_s": percentile(events, 0.5),
+        "p95_s": percentile(events, 0.95),
+        "max_s": events[-1] if events else float("nan"),
+        "gold_p95_s": {name: percentile(lags, 0.95) for name, lags in gold.items()},
         "peak_rss_gb": sampler.peak / 2**30,
         "executor_peak_rss_gb": sampler.executor_peak / 2**30,
+        "progress": str(progress),
     }
 
 
-def commit_latencies(table: LakeTable, *, produced_after: float) -> list[float]:
-    """Per event produced after ``produced_after`` (epoch s): silver commit time (when it became
-    visible) minus its Kafka timestamp (when it was produced)."""
-    out: list[float] = []
+def percentile(values: list[float], q: float) -> float:
+    return values[int(q * (len(values) - 1))] if values else float("nan")
+
+
+# One silver commit: (its time, the Kafka timestamps of the measured events it made visible), epoch s.
+SilverCommit = tuple[float, list[float]]
+
+
+def commit_latencies(table: LakeTable, *, produced_after: float) -> list[SilverCommit]:
+    """Per silver commit: when it was made and the Kafka timestamps (epoch s) of the events in it that
+    were produced after ``produced_after``. An event's latency is the first minus the second."""
+    out: list[SilverCommit] = []
     for version in range(1, table.version() + 1):
         actions = table.commit_actions(version) or []
         commit_ms = next((a["commitInfo"]["timestamp"] for a in actions if "commitInfo" in a), None)
         if commit_ms is None:
             continue
+        stamps: list[float] = []
         for action in actions:
             if "add" not in action:
                 continue
             fs, path = filesystem(f"{table.uri}/{action['add']['path']}")
-            stamps = pq.read_table(path, filesystem=fs, columns=["kafka_timestamp"]).column(0)
-            out.extend(commit_ms / 1000 - t.timestamp() for t in stamps.to_pylist() if t.timestamp() >= produced_after)
+            column = pq.read_table(path, filesystem=fs, columns=["kafka_timestamp"]).column(0)
+            produced = (t.timestamp() for t in column.to_pylist() if t is not None)
+            stamps.extend(t for t in produced if t >= produced_after)
+        if stamps:
+            out.append((commit_ms / 1000, stamps))
     return out
+
+
+def gold_batch_starts(progress: Path, query: str) -> dict[int, float]:
+    """When each micro-batch of ``query`` started (epoch s), from the job's progress history."""
+    starts: dict[int, float] = {}
+    if not progress.exists():
+        return starts
+    for line in progress.read_text().splitlines():
+        record = json.loads(line)
+        if record.get("name") == query and record.get("batch_time"):
+            stamp = dt.datetime.fromisoformat(record["batch_time"].replace("Z", "+00:00"))
+            starts[int(record["batch_id"])] = stamp.timestamp()
+    return starts
+
+
+def gold_latencies(inputs: list[list[SilverCommit]], gold: LakeTable, starts: dict[int, float]) -> list[float]:
+    """Produced -> visible in a gold table, per event: the commit of the first gold micro-batch that
+    started after the event's silver commit (a batch reads the silver versions there are when it
+    starts) minus the event's Kafka timestamp. An aggregate shows the event's effect from then on; a
+    table that emits closed windows only (append mode) holds it in state until the window closes."""
+    batches: list[tuple[float, float]] = []  # (started, committed), epoch s
+    for version in range(1, gold.version() + 1) if gold.exists() else ():
+        actions = gold.commit_actions(version) or []
+        commit_ms = next((a["commitInfo"]["timestamp"] for a in actions if "commitInfo" in a), None)
+        batch = next((a["txn"]["version"] for a in actions if "txn" in a), None)
+        if commit_ms is not None and batch is not None and batch in starts:
+            batches.append((starts[batch], commit_ms / 1000))
+    batches.sort()
+    out: list[float] = []
+    for commits in inputs:
+        for silver_commit, produced in commits:
+            visible = next((done for began, done in batches if began >= silver_commit), None)
+            if visible is not None:
+                out.extend(visible - t for t in produced)
+    return out
+
+
+# ---- several runs: median and spread ----------------------------------------------------------------
+
+
+def spread(values: list[float], unit: str = "", digits: int = 0) -> str:
+    """``median [min-max]`` of a figure over runs: one run is not a figure on a shared 2-core host."""
+    values = [v for v in values if v == v]  # NaN: a run that measured nothing
+    if not values:
+        return "n/a"
+    fmt = f"{{:,.{digits}f}}"
+    median = fmt.format(statistics.median(values)) + unit
+    if len(values) == 1:
+        return median
+    return f"{median} [{fmt.format(min(values))}-{fmt.format(max(values))}{unit}]"
+
+
+TARGETS = {
+    "events_per_s": ">= 40,000",
+    "p95_s": "<= 2 s",
+    "gold_p95_s": "<= 8 s",
+    "drain_rss_gb": "<= 2 GB",
+    "latency_rss_gb": "<= 1.5 GB",
+}
+
+
+def summarize_runs(pipeline: str, runs: list[dict[str, Any]]) -> list[str]:
+    throughput = [r["throughput"] for r in runs if "throughput" in r]
+    latency = [r["latency"] for r in runs if "latency" in r]
+    lines = [f"{pipeline} ({len(runs)} run(s); median [min-max]):"]
+    if throughput:
+        lines.append(
+            f"  Kafka -> silver while draining: {spread([t['events_per_s'] for t in throughput], ' events/s')}"
+            f" (target {TARGETS['events_per_s']})"
+        )
+        lines.append(
+            f"  peak RSS draining: {spread([t['peak_rss_gb'] for t in throughput], ' GB', 2)}"
+            f" (target {TARGETS['drain_rss_gb']})" + _executors([t["executor_peak_rss_gb"] for t in throughput])
+        )
+    if latency:
+        lines.append(
+            f"  produced -> silver at {spread([x['achieved_rate'] for x in latency], ' events/s')}: "
+            f"p50 {spread([x['p50_s'] for x in latency], ' s', 2)}, "
+            f"p95 {spread([x['p95_s'] for x in latency], ' s', 2)} (target {TARGETS['p95_s']})"
+        )
+        for table in latency[0]["gold_p95_s"]:
+            lines.append(
+                f"  produced -> gold {table}: p95 {spread([x['gold_p95_s'][table] for x in latency], ' s', 2)}"
+                f" (target {TARGETS['gold_p95_s']})"
+            )
+        lines.append(
+            f"  peak RSS at that rate: {spread([x['peak_rss_gb'] for x in latency], ' GB', 2)}"
+            f" (target {TARGETS['latency_rss_gb']})" + _executors([x["executor_peak_rss_gb"] for x in latency])
+        )
+    return lines
+
+
+def _executors(values: list[float]) -> str:
+    return f" + executors {spread(values, ' GB', 2)}" if WORKER_SID else ""
+
+
+# ---- where the time goes: the per-phase profile -------------------------------------------------------
+
+# Spark's parts of a trigger (StreamingQueryProgress.durationMs), in the order they run.
+SPARK_PARTS = ("latestOffset", "queryPlanning", "getBatch", "walCommit", "addBatch", "commitOffsets")
+
+
+def phase_profile(progress_files: list[Path], *, min_rows: int = 1) -> dict[str, dict[str, Any]]:
+    """Per query: the batches with at least ``min_rows`` input rows, and the median ms of each of Spark's
+    parts of a trigger and of each writer phase (:mod:`tidewater.phase_clock`), over all the files."""
+    by_query: dict[str, list[dict[str, Any]]] = {}
+    for path in progress_files:
+        if not path.exists():
+            continue
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            if int(record.get("num_input_rows") or 0) >= min_rows and record.get("duration_ms"):
+                by_query.setdefault(str(record["name"]).rsplit(".", 1)[-1], []).append(record)
+    profile: dict[str, dict[str, Any]] = {}
+    for query, records in sorted(by_query.items()):
+        parts: dict[str, list[float]] = {}
+        for record in records:
+            for name, ms in record["duration_ms"].items():
+                parts.setdefault(f"spark:{name}", []).append(float(ms))
+            for name, ms in (record.get("phases_ms") or {}).items():
+                parts.setdefault(name, []).append(float(ms))
+        profile[query] = {
+            "batches": len(records),
+            "rows": statistics.median(int(r["num_input_rows"]) for r in records),
+            "median_ms": {name: statistics.median(values) for name, values in parts.items()},
+        }
+    return profile
+
+
+def render_profile(title: str, profile: dict[str, dict[str, Any]]) -> list[str]:
+    """A Markdown table per query: Spark's parts of a trigger, then the writer's phases as a tree."""
+    lines = [f"### {title}", ""]
+    for query, entry in profile.items():
+        medians = entry["median_ms"]
+        trigger = medians.get("spark:triggerExecution") or 0.0
+        lines += [
+            f"**{query}**: {entry['batches']} batches, median {entry['rows']:,.0f} input rows per batch",
+            "",
+            "| part of the trigger (median per batch) | ms | share |",
+            "|---|---:|---:|",
+        ]
+        rows = [(f"Spark `{p}`", medians[f"spark:{p}"]) for p in SPARK_PARTS if f"spark:{p}" in medians]
+        writer = [k for k in medians if not k.startswith("spark:") and k != "total"]  # in the order they ran
+        if "total" in medians:
+            rows.append(("writer (inside addBatch)", medians["total"]))
+        for name in writer:
+            depth = name.count("/") + 1
+            rows.append(("&nbsp;&nbsp;" * depth + name.rsplit("/", 1)[-1], medians[name]))
+        rows.append(("**trigger** (`triggerExecution`)", trigger))
+        for label, ms in rows:
+            share = f"{100 * ms / trigger:.0f}%" if trigger else ""
+            lines.append(f"| {label} | {ms:,.0f} | {share} |")
+        lines.append("")
+    return lines
+
+
+# ---- the command ----------------------------------------------------------------------------------------
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--backlog", type=int, default=800_000)
-    parser.add_argument("--warmup-seconds", type=float, default=20.0)
+    parser.add_argument("--pipelines", help="comma-separated (default: every pipeline that declares sample events)")
+    parser.add_argument("--runs", type=int, default=3, help="runs of each measure per pipeline (median and spread)")
+    parser.add_argument("--backlog", type=int, default=400_000, help="events preloaded for the throughput run")
+    parser.add_argument("--warmup-seconds", type=float, default=15.0)
     parser.add_argument("--rate", type=float, default=2000.0)
-    parser.add_argument("--latency-seconds", type=float, default=60.0)
+    parser.add_argument("--latency-seconds", type=float, default=40.0)
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--skip-latency", action="store_true")
-    parser.add_argument("--work-dir", help="keep logs, progress files and tables here (default: a temp dir)")
     parser.add_argument(
-        "--profile", choices=("embedded", "cluster"), default="embedded", help="where the job runs (see above)"
+        "--profile",
+        nargs="?",
+        const=str(DEFAULT_PROFILE),
+        metavar="REPORT",
+        help=f"also write where each micro-batch's time goes, per phase, to REPORT (default {DEFAULT_PROFILE})",
     )
+    parser.add_argument("--cluster", action="store_true", help="run on the cluster profile (see above)")
+    parser.add_argument("--work-dir", help="keep logs, progress files and tables here (default: a temp dir)")
     args = parser.parse_args(argv)
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
+    available = {name: p for name, p in all_pipelines().items() if p.sample_events is not None}
+    names = args.pipelines.split(",") if args.pipelines else sorted(available)
+    unknown = [n for n in names if n not in available]
+    if unknown:
+        parser.error(f"--pipelines: {', '.join(unknown)} unknown or without sample events; have {sorted(available)}")
 
     memory_gib = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30
     machine = f"{os.cpu_count()} cores, {memory_gib:.0f} GiB, {platform.platform()}"
     print(f"machine: {machine}", flush=True)
-    results: dict[str, object] = {"machine": machine}
+    results: dict[str, Any] = {"machine": machine, "pipelines": {}}
     with tempfile.TemporaryDirectory(prefix="tidewater-bench-") as tmp, contextlib.ExitStack() as stack:
         work = Path(args.work_dir or tmp)
         work.mkdir(parents=True, exist_ok=True)
-        if args.profile == "cluster":
+        if args.cluster:
             base = stack.enter_context(cluster_profile(work))
         else:
             broker = stack.enter_context(EmbeddedBroker())
             base = Settings.from_env(state_dir=str(work), kafka_bootstrap_servers=broker.bootstrap_servers)
         where = f"{base.spark_master}, lake {base.lake_uri}"
         results["where"] = where
-        if not args.skip_throughput:
-            print(f"throughput: Kafka -> bronze -> silver (+ gold queries running), {where}", flush=True)
-            throughput = measure_throughput(base.replace(kafka_topic_prefix="tp-"), args.backlog, work)
-            results["throughput"] = throughput
-            print(
-                f"  sustained {throughput['events_per_s']:,.0f} events/s to silver (target >= 25,000); "
-                f"peak RSS {throughput['peak_rss_gb']:.2f} GB (target <= 3 GB)" + _executors(throughput),
-                flush=True,
-            )
-        if not args.skip_latency:
-            print(
-                f"latency: {args.rate:g} events/s offered for {args.warmup_seconds:g} s warm-up + "
-                f"{args.latency_seconds:g} s measured, 1 s trigger",
-                flush=True,
-            )
-            latency = measure_latency(
-                base.replace(kafka_topic_prefix="lat-"), args.rate, args.latency_seconds, args.warmup_seconds, work
-            )
-            results["latency"] = latency
-            print(
-                f"  produced -> visible in silver: p50 {latency['p50_s']:.2f} s, p95 {latency['p95_s']:.2f} s "
-                f"(target <= 5 s), max {latency['max_s']:.2f} s over {latency['events']:,} events "
-                f"(achieved {latency['achieved_rate']:,.0f}/s); peak RSS {latency['peak_rss_gb']:.2f} GB"
-                + _executors(latency),
-                flush=True,
-            )
+        print(f"where: {where}", flush=True)
+        for name in names:
+            pipeline = available[name]
+            runs: list[dict[str, Any]] = []
+            for run in range(1, args.runs + 1):
+                figures: dict[str, Any] = {}
+                if not args.skip_throughput:
+                    print(f"{name} run {run}: throughput, draining {args.backlog:,} events", flush=True)
+                    figures["throughput"] = t = measure_throughput(base, pipeline, args.backlog, run, work)
+                    print(f"    {t['events_per_s']:,.0f} events/s, peak RSS {t['peak_rss_gb']:.2f} GB", flush=True)
+                if not args.skip_latency:
+                    print(
+                        f"{name} run {run}: latency, {args.rate:g} events/s for {args.warmup_seconds:g} s warm-up"
+                        f" + {args.latency_seconds:g} s, 1 s trigger",
+                        flush=True,
+                    )
+                    figures["latency"] = x = measure_latency(
+                        base, pipeline, args.rate, args.latency_seconds, args.warmup_seconds, run, work
+                    )
+                    print(
+                        f"    silver p50 {x['p50_s']:.2f} s p95 {x['p95_s']:.2f} s; gold p95 "
+                        + ", ".join(f"{k} {v:.2f} s" for k, v in x["gold_p95_s"].items())
+                        + f"; peak RSS {x['peak_rss_gb']:.2f} GB",
+                        flush=True,
+                    )
+                runs.append(figures)
+            results["pipelines"][name] = runs
+            print("\n".join(summarize_runs(name, runs)), flush=True)
+        print("\nsummary (" + where + ")")
+        for name, runs in results["pipelines"].items():
+            print("\n".join(summarize_runs(name, runs)))
+        if args.profile:
+            write_profile(Path(args.profile), results, machine, where)
     print(json.dumps(results, indent=2))
     return 0
 
 
-def _executors(figures: dict[str, float]) -> str:
-    return f" + executors {figures['executor_peak_rss_gb']:.2f} GB" if WORKER_SID else ""
+DEFAULT_PROFILE = Path(__file__).with_name("PROFILE.md")
+
+
+def write_profile(path: Path, results: dict[str, Any], machine: str, where: str) -> None:
+    lines = [
+        "# Where a micro-batch's time goes",
+        "",
+        f"Written by `./tw bench --profile` on {dt.date.today().isoformat()}; {machine}; {where}.",
+        "Medians per micro-batch over every run; Spark's parts of a trigger (`durationMs`) and, inside",
+        "`addBatch`, the writer's phases (`tidewater.phase_clock`; an indented phase is part of the one",
+        "above it). `bronze/write files` is one Spark job: the Kafka read, the bronze rows and their",
+        "Parquet files on the executors.",
+        "",
+    ]
+    for name, runs in results["pipelines"].items():
+        lines += [f"## {name}", "", *[f"    {line}" for line in summarize_runs(name, runs)[1:]], ""]
+        for phase, title, min_rows in (
+            ("throughput", "draining a backlog (100k-record micro-batches)", 1000),
+            ("latency", "at the offered rate (1 s trigger)", 1),
+        ):
+            files = [Path(r[phase]["progress"]) for r in runs if phase in r]
+            if files:
+                lines += render_profile(title, phase_profile(files, min_rows=min_rows))
+    path.write_text("\n".join(lines) + "\n")
+    print(f"profile written to {path}", flush=True)
 
 
 @contextlib.contextmanager

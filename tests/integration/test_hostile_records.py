@@ -299,3 +299,24 @@ def test_silver_key_lookup_reads_the_log_not_the_folder(where: str, lake_uri: st
     found = table.lookup("event_id", pa.array(["b", "c"]))
     assert found.to_pylist() == [{"event_id": "b", "n": 3}]
     assert table.lookup("event_id", pa.array([], pa.string())).num_rows == 0
+
+
+def test_the_one_pass_split_gives_what_the_table_transforms_select(spark) -> None:
+    """The stream divides one parse into quarantine and silver rows on the driver; the batch path selects
+    them with Spark filters (Source.quarantine, Source.silver). Both give the same rows, column for column."""
+    from tidewater import transforms
+
+    source = RSVPS.source()
+    items = valid_events(40, seed=12) + corpus()
+    bronze = transforms.to_bronze(spark.createDataFrame(pa.Table.from_batches([kafka_batch(items)])))
+    parsed = source.parse(bronze).persist()
+    try:
+        quarantine, silver = source.split_outcomes(source.outcomes(parsed).toArrow())
+        expected_quarantine, expected_silver = source.quarantine(parsed).toArrow(), source.silver(parsed).toArrow()
+    finally:
+        parsed.unpersist()
+    assert quarantine.num_rows > 0 and silver.num_rows > 0
+    assert quarantine.num_rows + silver.num_rows == len(items)
+    for got, expected in ((quarantine, expected_quarantine), (silver, expected_silver)):
+        assert got.schema == expected.schema
+        assert got.sort_by("kafka_offset").to_pylist() == expected.sort_by("kafka_offset").to_pylist()

@@ -22,11 +22,12 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Protocol
 
+from tidewater import phase_clock
 from tidewater.errors import TidewaterError
 
 
@@ -142,6 +143,14 @@ def flock_holder(path: Path, *, unknown: str = "unknown") -> str | None:
         return holder or unknown
 
 
-def holding(lock: WriterLock | None, purpose: str) -> AbstractContextManager[None]:
-    """``lock.hold(purpose)``, or nothing when a writer was given no lock."""
-    return lock.hold(purpose) if lock is not None else nullcontext()
+@contextmanager
+def holding(lock: WriterLock | None, purpose: str) -> Iterator[None]:
+    """``lock.hold(purpose)``, or nothing when a writer was given no lock. The wait for the lock is
+    phase ``lock wait`` of a timed micro-batch (:mod:`tidewater.phase_clock`)."""
+    if lock is None:
+        yield
+        return
+    with ExitStack() as held:
+        with phase_clock.phase("lock wait"):
+            held.enter_context(lock.hold(purpose))
+        yield

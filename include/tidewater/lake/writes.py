@@ -14,6 +14,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import DataFrame
 
+from tidewater import phase_clock
 from tidewater.lake.files import ADD_ACTION_DDL, actions_from_rows, actions_to_batch, write_data_files
 from tidewater.lake.tables import CommitResult, LakeTable
 
@@ -47,7 +48,10 @@ def append(
 ) -> CommitResult:
     if _already_committed(table, app_id, batch_id):  # skip the Spark job too
         return CommitResult(False, table.version())
-    return table.commit_files(stage_files(df, table), app_id=app_id, batch_id=batch_id, metadata=metadata)
+    with phase_clock.phase("write files"):  # the whole Spark job: its input's plan runs here
+        actions = stage_files(df, table)
+    with phase_clock.phase("commit"):
+        return table.commit_files(actions, app_id=app_id, batch_id=batch_id, metadata=metadata)
 
 
 def overwrite_partitions(
@@ -85,7 +89,10 @@ def merge(
     if _already_committed(table, app_id, batch_id):
         drain(df)
         return CommitResult(False, table.version())
-    return table.merge(df.toArrow(), keys=keys, keep=keep, app_id=app_id, batch_id=batch_id, metadata=metadata)
+    with phase_clock.phase("rows to driver"):  # the whole Spark job (a stream's state operators run here)
+        rows = df.toArrow()
+    with phase_clock.phase("merge"):
+        return table.merge(rows, keys=keys, keep=keep, app_id=app_id, batch_id=batch_id, metadata=metadata)
 
 
 def drain(df: DataFrame) -> None:

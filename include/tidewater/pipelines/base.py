@@ -356,6 +356,15 @@ class Source:
     def quarantine(self, parsed: DataFrame) -> DataFrame:
         return transforms.quarantined_rows(parsed)
 
+    def outcomes(self, parsed: DataFrame) -> DataFrame:
+        """Every parsed row with its silver and quarantine columns: one Spark job for both tables'
+        rows (divided by :meth:`split_outcomes`; see :func:`transforms.outcomes`)."""
+        return transforms.outcomes(parsed, self.silver_columns)
+
+    def split_outcomes(self, rows: pa.Table) -> tuple[pa.Table, pa.Table]:
+        """(quarantine rows, valid silver rows incl. copies) of :meth:`outcomes`' rows."""
+        return transforms.split_outcomes(rows, self.silver_columns)
+
     def dedup(self, silver: DataFrame, *, kept: DataFrame | None = None) -> DataFrame:
         """One row per key; ``kept`` (lineage of the rows silver holds) keeps the stream's choices.
         A source that does not de-duplicate (at-least-once delivery) keeps every copy."""

@@ -2,7 +2,8 @@
 
 A StreamingQueryListener writes, per query, ``<state>/progress/<namespace>/<pipeline>/<query>.json``
 (atomically replaced after every batch: last batch time, input and processing rates, rows, lag
-per Kafka partition, state rows, rows dropped behind the watermark and their running total) and
+per Kafka partition, state rows, rows dropped behind the watermark and their running total, and where
+the batch's time went: Spark's ``durationMs`` and the writer's phases, :mod:`tidewater.phase_clock`) and
 appends the same record to ``progress.jsonl`` beside it. Late events are counted, never silently
 lost: they stay in silver, and the counters say that a gold query could not use some. (Spark
 counts those drops at the state store, after partial aggregation, so for an aggregate the figure
@@ -21,11 +22,15 @@ from typing import Any
 
 from pyspark.sql.streaming import StreamingQueryListener
 
+from tidewater import phase_clock
+
 log = logging.getLogger(__name__)
 
 
-def summarize(progress: dict[str, Any], late_total: int, held_total: int = 0) -> dict[str, Any]:
-    """The fields a supervisor needs, from Spark's progress JSON."""
+def summarize(
+    progress: dict[str, Any], late_total: int, held_total: int = 0, phases: dict[str, float] | None = None
+) -> dict[str, Any]:
+    """The fields a supervisor needs, from Spark's progress JSON (and the writer's ``phases`` of the batch)."""
     lag: dict[str, int] = {}
     for source in progress.get("sources", []):
         end, latest = _offsets(source.get("endOffset")), _offsets(source.get("latestOffset"))
@@ -63,6 +68,9 @@ def summarize(progress: dict[str, Any], late_total: int, held_total: int = 0) ->
         "rows_held_ahead_of_clock": held,
         "rows_held_ahead_of_clock_total": held_total + held,
         "lag": lag,
+        # Where the trigger's time went: Spark's parts of it, and the writer's phases inside addBatch.
+        "duration_ms": progress.get("durationMs") or {},
+        "phases_ms": phases or {},
     }
 
 
@@ -109,7 +117,8 @@ class ProgressRecorder(StreamingQueryListener):
         name = progress.get("name")
         if not name:
             return
-        record = summarize(progress, self._late_totals.get(name, 0), self._held_totals.get(name, 0))
+        phases = phase_clock.take(name, int(progress.get("batchId", -1)))
+        record = summarize(progress, self._late_totals.get(name, 0), self._held_totals.get(name, 0), phases)
         self._late_totals[name] = record["rows_dropped_by_watermark_total"]
         self._held_totals[name] = record["rows_held_ahead_of_clock_total"]
         if record["rows_held_ahead_of_clock"]:

@@ -16,7 +16,7 @@ import logging
 import pyarrow as pa
 from pyspark.sql import DataFrame
 
-from tidewater import dedup, faults
+from tidewater import dedup, faults, phase_clock
 from tidewater.connectors.kafka_publish import BatchPublisher, rows_to_records
 from tidewater.errors import TidewaterError, one_line
 from tidewater.lake import writes
@@ -64,37 +64,46 @@ class SilverWriter:
         self.locks = locks or {}
 
     def __call__(self, bronze_batch: DataFrame, batch_id: int) -> None:
+        with phase_clock.batch(self.query, batch_id):
+            self._write(bronze_batch, batch_id)
+
+    def _write(self, bronze_batch: DataFrame, batch_id: int) -> None:
         tables = {"silver": self.silver, "quarantine": self.quarantine}
         if self.source.deduplicate:  # conflicts come from the key lookup
             tables["conflicts"] = self.conflicts
-        done = {name: table.already_committed(self.app_id, batch_id) for name, table in tables.items()}
+        with phase_clock.phase("already committed?"):
+            done = {name: table.already_committed(self.app_id, batch_id) for name, table in tables.items()}
         if all(done.values()):
             log.info("%s batch %s already committed: skipped", self.query, batch_id)
             return
-        rejected, valid = isolate_poison(self.source, bronze_batch, self.query, batch_id)
+        with phase_clock.phase("parse"):
+            rejected, valid = isolate_poison(self.source, bronze_batch, self.query, batch_id)
         meta = {"tidewater.query": self.query, "tidewater.batch_id": batch_id}
         label = f"{self.query} batch {batch_id}"
         if not done["quarantine"]:
-            with holding(self.locks.get("quarantine"), label):
+            with phase_clock.phase("quarantine append"), holding(self.locks.get("quarantine"), label):
                 self.quarantine.append_arrow(rejected, app_id=self.app_id, batch_id=batch_id, metadata=meta)
         if not self.source.deduplicate:  # at-least-once: every valid copy, no key lookup
             if not done["silver"]:
-                with holding(self.locks.get("silver"), label):
+                with phase_clock.phase("silver append"), holding(self.locks.get("silver"), label):
                     self.silver.append_arrow(valid, app_id=self.app_id, batch_id=batch_id, metadata=meta)
         elif not (done["silver"] and done["conflicts"]):
             key = self.source.key
             with holding(self.locks.get("silver"), label):
-                existing = self.silver.lookup(key, valid.column(key).combine_chunks())
-                resolution = dedup.resolve(
-                    valid, existing, key=key, compared=self.source.compared_columns, at=dt.datetime.now(dt.UTC)
-                )
+                with phase_clock.phase("silver key lookup"):
+                    existing = self.silver.lookup(key, valid.column(key).combine_chunks())
+                with phase_clock.phase("de-duplicate"):
+                    resolution = dedup.resolve(
+                        valid, existing, key=key, compared=self.source.compared_columns, at=dt.datetime.now(dt.UTC)
+                    )
                 if not done["conflicts"]:
-                    with holding(self.locks.get("conflicts"), label):
+                    with phase_clock.phase("conflicts append"), holding(self.locks.get("conflicts"), label):
                         self.conflicts.append_arrow(
                             resolution.conflicts, app_id=self.app_id, batch_id=batch_id, metadata=meta
                         )
                 if not done["silver"]:
-                    self.silver.append_arrow(resolution.fresh, app_id=self.app_id, batch_id=batch_id, metadata=meta)
+                    with phase_clock.phase("silver append"):
+                        self.silver.append_arrow(resolution.fresh, app_id=self.app_id, batch_id=batch_id, metadata=meta)
             if resolution.duplicates or resolution.conflicts.num_rows:
                 log.info(
                     "%s: %d re-sent copies dropped, %d conflicting copies recorded",
@@ -160,11 +169,12 @@ def isolate_poison(source: Source, bronze: DataFrame, query: str, batch_id: int)
 
 
 def _split(source: Source, bronze: DataFrame) -> tuple[pa.Table, pa.Table]:
-    parsed = source.parse(bronze).persist()
-    try:
-        return source.quarantine(parsed).toArrow(), source.silver(parsed).toArrow()
-    finally:
-        parsed.unpersist()
+    with phase_clock.phase("plan"):  # the transforms' DataFrame, built per batch
+        outcomes = source.outcomes(source.parse(bronze))
+    with phase_clock.phase("rows to driver"):  # one Spark job: the parse and validation run here
+        rows = outcomes.toArrow()
+    with phase_clock.phase("split"):
+        return source.split_outcomes(rows)
 
 
 def _unprocessable(record: pa.Table, reason: str, schema: pa.Schema) -> pa.Table:
@@ -209,16 +219,22 @@ class BronzeSilverWriter:
         self.lock = lock
 
     def __call__(self, kafka_batch: DataFrame, batch_id: int) -> None:
+        with phase_clock.batch(self.query, batch_id):
+            self._write(kafka_batch, batch_id)
+
+    def _write(self, kafka_batch: DataFrame, batch_id: int) -> None:
         from tidewater import transforms
 
         bronze_rows = transforms.to_bronze(kafka_batch).persist()
         try:
             meta = {"tidewater.query": self.query, "tidewater.batch_id": batch_id}
-            with holding(self.lock, f"{self.query} batch {batch_id}"):
+            # "bronze/write files" is the Kafka read too: the batch's records are fetched in that job.
+            with phase_clock.phase("bronze"), holding(self.lock, f"{self.query} batch {batch_id}"):
                 result = writes.append(bronze_rows, self.bronze, app_id=self.app_id, batch_id=batch_id, metadata=meta)
             if result.committed:  # as in the stream sink: the fault point is a fresh commit
                 faults.after_commit(self.query, batch_id)
-            self.silver(bronze_rows, batch_id)
+            with phase_clock.phase("silver"):
+                self.silver(bronze_rows, batch_id)
         finally:
             bronze_rows.unpersist()
 
@@ -252,6 +268,10 @@ class GoldWriter:
         self.publisher = publisher
 
     def __call__(self, updates: DataFrame, batch_id: int) -> None:
+        with phase_clock.batch(self.query, batch_id):
+            self._write(updates, batch_id)
+
+    def _write(self, updates: DataFrame, batch_id: int) -> None:
         meta = {"tidewater.query": self.query, "tidewater.batch_id": batch_id}
         # A row the stream updates is provisional again; its correction count stays.
         options = {"keys": self.gold.keys, "keep": ("revision",), "app_id": self.app_id, "batch_id": batch_id}
@@ -260,14 +280,17 @@ class GoldWriter:
                 writes.merge(updates, self.table, metadata=meta, **options)
             faults.after_commit(self.query, batch_id)
             return
-        rows = updates.toArrow()  # one run of the plan: its state commits once, whatever is skipped below
+        with phase_clock.phase("rows to driver"):  # one run of the plan: state commits once, whatever is skipped
+            rows = updates.toArrow()
         with holding(self.lock, f"{self.query} batch {batch_id}"):
             if not self.table.already_committed(self.app_id, batch_id):
-                self.table.merge(rows, metadata=meta, **options)
+                with phase_clock.phase("merge"):
+                    self.table.merge(rows, metadata=meta, **options)
         faults.after_commit(self.query, batch_id)
         assert self.gold.publish is not None
         published = rows_to_records(rows.drop_columns(list(STATUS_COLUMNS)), key=self.gold.publish.key)
-        self.publisher.publish(
-            batch_id, published, before_commit=lambda: faults.before_publish_commit(self.query, batch_id)
-        )
+        with phase_clock.phase("publish"):
+            self.publisher.publish(
+                batch_id, published, before_commit=lambda: faults.before_publish_commit(self.query, batch_id)
+            )
         faults.after_publish(self.query, batch_id)
