@@ -13,7 +13,8 @@ prints for each pipeline the median and the spread (min-max) of:
    commit of the first gold micro-batch that read it (p95); events of the first ``--warmup-seconds``
    are produced but not counted (JIT and Python worker start-up); and the peak RSS at that rate.
 
-Peak RSS is the job's whole process tree (JVM + Python driver + Python workers). ``--profile`` also
+Peak RSS is the job's whole process tree (JVM + Python driver + Python workers), summed; beside it the
+peak PSS, the same tree with each page its forked Python workers share counted once. ``--profile`` also
 writes where each micro-batch's time goes, per phase (:mod:`tidewater.phase_clock`), to
 ``benchmarks/PROFILE.md``.
 
@@ -63,26 +64,53 @@ from tidewater.processes import stop_process_group
 from tidewater.streaming.jobs import launch_stream_job
 
 
-def session_rss_bytes(sid: int) -> int:
-    """Summed resident memory of every process in session ``sid``."""
-    total = 0
+def session_pids(sid: int) -> list[int]:
+    """The processes of session ``sid``."""
+    pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat") as handle:
                 fields = handle.read().rsplit(")", 1)[1].split()
-            if int(fields[3]) != sid:  # field 6 of stat: session id
-                continue
-            with open(f"/proc/{entry}/statm") as handle:
+            if int(fields[3]) == sid:  # field 6 of stat: session id
+                pids.append(int(entry))
+        except (OSError, IndexError, ValueError):
+            continue
+    return pids
+
+
+def session_rss_bytes(sid: int) -> int:
+    """Summed resident memory of every process in session ``sid``. A page that forked processes share
+    (Spark's Python workers are forks of one daemon) counts once per process: an upper bound."""
+    total = 0
+    for pid in session_pids(sid):
+        try:
+            with open(f"/proc/{pid}/statm") as handle:
                 total += int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
         except (OSError, IndexError, ValueError):
             continue
     return total
 
 
+def session_pss_bytes(sid: int) -> int:
+    """Summed proportional set size of session ``sid``: each shared page split between the processes
+    sharing it, so the sum is the memory the session really holds."""
+    total = 0
+    for pid in session_pids(sid):
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as handle:
+                for line in handle:
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1]) * 1024
+                        break
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
+
+
 class MemorySampler(threading.Thread):
-    """Peak RSS of the job's session and, on a cluster, of the worker's (less its ``worker_base``)."""
+    """Peak RSS (and PSS) of the job's session and, on a cluster, of the worker's (less its ``worker_base``)."""
 
     def __init__(self, sid: int, worker_sid: int | None = None) -> None:
         super().__init__(daemon=True)
@@ -90,12 +118,14 @@ class MemorySampler(threading.Thread):
         self.worker_sid = worker_sid
         self.worker_base = session_rss_bytes(worker_sid) if worker_sid else 0
         self.peak = 0
+        self.peak_pss = 0
         self.executor_peak = 0
         self.stopped = threading.Event()
 
     def run(self) -> None:
         while not self.stopped.wait(0.5):
             self.peak = max(self.peak, session_rss_bytes(self.sid))
+            self.peak_pss = max(self.peak_pss, session_pss_bytes(self.sid))
             if self.worker_sid:
                 self.executor_peak = max(self.executor_peak, session_rss_bytes(self.worker_sid) - self.worker_base)
 
@@ -197,6 +227,7 @@ def measure_throughput(base: Settings, pipeline: Pipeline, backlog: int, run: in
     return {
         "events_per_s": drain_rate(samples, records),
         "peak_rss_gb": sampler.peak / 2**30,
+        "peak_pss_gb": sampler.peak_pss / 2**30,
         "executor_peak_rss_gb": sampler.executor_peak / 2**30,
         "progress": str(PipelineLayout.of(settings, pipeline).progress_dir() / "progress.jsonl"),
     }
@@ -272,6 +303,7 @@ def measure_latency(
         "max_s": events[-1] if events else float("nan"),
         "gold_p95_s": {name: percentile(lags, 0.95) for name, lags in gold.items()},
         "peak_rss_gb": sampler.peak / 2**30,
+        "peak_pss_gb": sampler.peak_pss / 2**30,
         "executor_peak_rss_gb": sampler.executor_peak / 2**30,
         "progress": str(progress),
     }
@@ -377,7 +409,8 @@ def summarize_runs(pipeline: str, runs: list[dict[str, Any]]) -> list[str]:
         )
         lines.append(
             f"  peak RSS draining: {spread([t['peak_rss_gb'] for t in throughput], ' GB', 2)}"
-            f" (target {TARGETS['drain_rss_gb']})" + _executors([t["executor_peak_rss_gb"] for t in throughput])
+            f" (target {TARGETS['drain_rss_gb']}), PSS {spread([t['peak_pss_gb'] for t in throughput], ' GB', 2)}"
+            + _executors([t["executor_peak_rss_gb"] for t in throughput])
         )
     if latency:
         lines.append(
@@ -392,7 +425,8 @@ def summarize_runs(pipeline: str, runs: list[dict[str, Any]]) -> list[str]:
             )
         lines.append(
             f"  peak RSS at that rate: {spread([x['peak_rss_gb'] for x in latency], ' GB', 2)}"
-            f" (target {TARGETS['latency_rss_gb']})" + _executors([x["executor_peak_rss_gb"] for x in latency])
+            f" (target {TARGETS['latency_rss_gb']}), PSS {spread([x['peak_pss_gb'] for x in latency], ' GB', 2)}"
+            + _executors([x["executor_peak_rss_gb"] for x in latency])
         )
     return lines
 
@@ -515,7 +549,11 @@ def main(argv: list[str] | None = None) -> int:
                 if not args.skip_throughput:
                     print(f"{name} run {run}: throughput, draining {args.backlog:,} events", flush=True)
                     figures["throughput"] = t = measure_throughput(base, pipeline, args.backlog, run, work)
-                    print(f"    {t['events_per_s']:,.0f} events/s, peak RSS {t['peak_rss_gb']:.2f} GB", flush=True)
+                    print(
+                        f"    {t['events_per_s']:,.0f} events/s, peak RSS {t['peak_rss_gb']:.2f} GB"
+                        f" (PSS {t['peak_pss_gb']:.2f} GB)",
+                        flush=True,
+                    )
                 if not args.skip_latency:
                     print(
                         f"{name} run {run}: latency, {args.rate:g} events/s for {args.warmup_seconds:g} s warm-up"
@@ -528,7 +566,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(
                         f"    silver p50 {x['p50_s']:.2f} s p95 {x['p95_s']:.2f} s; gold p95 "
                         + ", ".join(f"{k} {v:.2f} s" for k, v in x["gold_p95_s"].items())
-                        + f"; peak RSS {x['peak_rss_gb']:.2f} GB",
+                        + f"; peak RSS {x['peak_rss_gb']:.2f} GB (PSS {x['peak_pss_gb']:.2f} GB)",
                         flush=True,
                     )
                 runs.append(figures)
