@@ -22,6 +22,7 @@ from airflow.utils.trigger_rule import TriggerRule
 
 from tidewater.config import Settings
 from tidewater.orchestration import tasks
+from tidewater.orchestration.assets import tier_assets
 from tidewater.orchestration.operators import TidewaterAuditOperator, TidewaterSparkJobOperator
 from tidewater.pipelines import all_pipelines
 
@@ -79,8 +80,18 @@ for name, pipeline in sorted(all_pipelines().items()):
         )
         planned = plan()
         settle >> planned
-        silver = TidewaterSparkJobOperator(task_id="recompute_silver", job="batch", job_args=planned["silver"])
+        silver = TidewaterSparkJobOperator(
+            task_id="recompute_silver",
+            job="batch",
+            job_args=planned["silver"],
+            outlets=tier_assets(settings, pipeline, "silver"),
+        )
         audit = TidewaterAuditOperator(task_id="audit_interval", job_args=planned["audit"], retries=0)
-        gold = TidewaterSparkJobOperator(task_id="publish_gold", job="batch", job_args=planned["gold"])
+        gold = TidewaterSparkJobOperator(
+            task_id="publish_gold",
+            job="batch",
+            job_args=planned["gold"],
+            outlets=tier_assets(settings, pipeline, "gold"),
+        )
         silver >> audit >> gate() >> gold
         gold >> TidewaterAuditOperator(task_id="audit_gold", job_args=planned["audit_gold"], retries=0)

@@ -14,6 +14,7 @@ from airflow.sdk import DAG, Param, task
 
 from tidewater.config import Settings
 from tidewater.orchestration import tasks
+from tidewater.orchestration.assets import tier_assets
 from tidewater.orchestration.operators import TidewaterAuditOperator, TidewaterSparkJobOperator
 from tidewater.pipelines import all_pipelines
 
@@ -35,7 +36,7 @@ with DAG(
     tags=["tidewater", "late-data"],
     doc_md=__doc__,
 ):
-    for name in sorted(all_pipelines()):
+    for name, pipeline in sorted(all_pipelines().items()):
 
         @task(task_id=f"plan_{name}", multiple_outputs=True)
         def plan(
@@ -49,5 +50,10 @@ with DAG(
             return tasks.correction_plan(pipeline, params or {}, data_interval_end, run_id, dag_id=dag_id)
 
         planned = plan()
-        correct = TidewaterSparkJobOperator(task_id=f"correct_{name}", job="batch", job_args=planned["correct"])
+        correct = TidewaterSparkJobOperator(
+            task_id=f"correct_{name}",
+            job="batch",
+            job_args=planned["correct"],
+            outlets=tier_assets(settings, pipeline, "gold"),
+        )
         correct >> TidewaterAuditOperator(task_id=f"audit_{name}", job_args=planned["audit"], retries=0)

@@ -15,6 +15,7 @@ from airflow.sdk import DAG, Param, task
 
 from tidewater.config import NAMESPACE_PATTERN
 from tidewater.orchestration import tasks
+from tidewater.orchestration.assets import replay_alias
 from tidewater.orchestration.operators import TidewaterAuditOperator, TidewaterSparkJobOperator
 from tidewater.pipelines import all_pipelines
 
@@ -47,5 +48,8 @@ with DAG(
         return tasks.replay_plan(params, run_id, dag_id="tidewater_replay")
 
     planned = validate()
-    replay = TidewaterSparkJobOperator(task_id="replay", job="batch", job_args=planned["replay"])
+    # Its tables' namespace is a param: each run adds the Assets it wrote to the alias.
+    replay = TidewaterSparkJobOperator(
+        task_id="replay", job="batch", job_args=planned["replay"], outlets=[replay_alias()]
+    )
     replay >> TidewaterAuditOperator(task_id="audit", job_args=planned["audit"])

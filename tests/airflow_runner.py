@@ -41,6 +41,7 @@ def integrity(dags_folder: Path) -> dict:
 
     sys.addaudithook(hook)
     dag_ids: dict[str, list[str]] = {}
+    outlets: dict[str, dict[str, list[list[str]]]] = {}  # dag -> task -> [[kind, name, uri]]
     import_errors: dict[str, str] = {}
     for path in sorted(dags_folder.glob("*.py")):
         watching = True
@@ -56,8 +57,12 @@ def integrity(dags_folder: Path) -> dict:
     bag = DagBag(dag_folder=str(dags_folder))
     for dag_id, dag in bag.dags.items():
         dag_ids[dag_id] = sorted(dag.task_ids)
+        for task in dag.tasks:
+            if task.outlets:
+                described = [[type(o).__name__, o.name, getattr(o, "uri", "")] for o in task.outlets]
+                outlets.setdefault(dag_id, {})[task.task_id] = described
     import_errors.update({Path(k).name: v.splitlines()[-1] for k, v in bag.import_errors.items()})
-    return {"dags": dag_ids, "import_errors": import_errors, "io_at_import": io_events}
+    return {"dags": dag_ids, "outlets": outlets, "import_errors": import_errors, "io_at_import": io_events}
 
 
 def run_dag_test(dags_folder: Path, dag_id: str, conf: dict, logical_date: str | None) -> dict:
@@ -77,7 +82,26 @@ def run_dag_test(dags_folder: Path, dag_id: str, conf: dict, logical_date: str |
         "run_id": dag_run.run_id,
         "task_states": states,
         "task_seconds": seconds,
+        "asset_events": asset_events(dag_id, dag_run.run_id),
     }
+
+
+def asset_events(dag_id: str, run_id: str) -> list[dict]:
+    """The asset events the run's tasks emitted, as Airflow recorded them."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        rows = (
+            session.query(AssetEvent, AssetModel)
+            .join(AssetModel, AssetModel.id == AssetEvent.asset_id)
+            .filter(AssetEvent.source_dag_id == dag_id, AssetEvent.source_run_id == run_id)
+            .all()
+        )
+        return [
+            {"asset": asset.name, "uri": asset.uri, "task_id": event.source_task_id, "extra": dict(event.extra or {})}
+            for event, asset in rows
+        ]
 
 
 def main() -> None:

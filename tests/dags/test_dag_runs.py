@@ -124,6 +124,12 @@ def test_correction_dag_folds_late_events_into_gold_with_a_ledger(airflow_home, 
     )
     gold = read_table(spark, layout.table_uri(f"gold/{name}")).collect()
     assert {r["status"] for r in gold if r["window_end"] <= closed} == {"final"}
+    # Airflow recorded the change of each gold table as an event of its Asset, saying what the job did.
+    events = {e["asset"]: e for e in result["asset_events"]}
+    event = events[f"rsvps.gold.{name}"]
+    assert event["task_id"] == "correct_rsvps" and event["uri"] == layout.table_uri(f"gold/{name}")
+    assert event["extra"]["mode"] == "correction" and event["extra"]["run_id"] == result["run_id"]
+    assert event["extra"]["rows"] > 0 and event["extra"]["interval"]["start"].startswith("2026-11-21T09:55")
     ledger = DeltaTable(layout.ledger_uri()).to_pyarrow_table().to_pylist()
     assert ledger and {e["dag_run_id"] for e in ledger} == {result["run_id"]}
     assert all(e["old_value"] != e["new_value"] for e in ledger)

@@ -17,6 +17,7 @@ import datetime as dt
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from tidewater.batch.result import RESULT_PREFIX
 from tidewater.config import Settings, check_namespace
 from tidewater.errors import ConfigError, OneLineParser
 from tidewater.pipelines import pipeline_option
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
     from tidewater.batch.result import BatchResult
     from tidewater.pipelines.base import Pipeline
 
-RESULT_PREFIX = "tidewater: result "
 COMMANDS = {
     "recompute": "rebuild silver and gold of an event-time interval from bronze (the scheduled batch)",
     "replay": "rebuild a range (optionally some entities) from bronze or Kafka, into live or a sandbox",

@@ -10,6 +10,9 @@ from tidewater.batch.interval import Interval
 from tidewater.lake.tables import CommitResult
 from tidewater.times import iso
 
+# What starts the last line of a job's output: the result as JSON follows (Airflow's operator reads it).
+RESULT_PREFIX = "tidewater: result "
+
 
 @dataclass(frozen=True)
 class TableOutcome:

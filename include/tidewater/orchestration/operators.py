@@ -4,17 +4,21 @@ A thin SparkSubmitOperator: the Spark master comes from the ``spark_default`` co
 platform sets it from TIDEWATER_SPARK_MASTER), and the job's environment (TIDEWATER_* settings,
 the venv's Python for PySpark workers) is read when the task runs, not when the DAG is parsed.
 The Spark job's log lines, including its final ``tidewater: result {...}`` line, land in the task log;
-clearing or marking the task failed kills the spark-submit process (the operator's on_kill).
+clearing or marking the task failed kills the spark-submit process (the operator's on_kill). A task
+with outlets (the lake tables it writes, :mod:`tidewater.orchestration.assets`) reads that result
+line to say in its asset events what the job wrote.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
+from tidewater.batch.result import RESULT_PREFIX
 from tidewater.config import Settings
+from tidewater.orchestration.assets import annotate_events, job_result
 from tidewater.paths import project_root
 from tidewater.processes import spark_child_env
 
@@ -34,7 +38,24 @@ class TidewaterSparkJobOperator(SparkSubmitOperator):
         settings = Settings.from_env()
         self._driver_memory = settings.spark_driver_memory
         self.env_vars = {**settings.to_env(), **spark_child_env()}
-        return super().execute(context)
+        self._result_lines: list[str] = []
+        super().execute(context)
+        if self.outlets:
+            annotate_events(context["outlet_events"], self.outlets, settings, job_result(self._result_lines))
+
+    def _get_hook(self) -> Any:
+        """The provider's hook, with the job's output lines also passing by :meth:`_keep_result`."""
+        hook = super()._get_hook()
+        process = hook._process_spark_submit_log
+        hook._process_spark_submit_log = lambda lines: process(self._keep_result(lines))
+        return hook
+
+    def _keep_result(self, lines: Iterator[Any]) -> Iterator[Any]:
+        for line in lines:
+            text = line.decode("utf-8", "replace") if isinstance(line, bytes) else str(line)
+            if RESULT_PREFIX in text:
+                self._result_lines.append(text[text.index(RESULT_PREFIX) :])
+            yield line
 
 
 class TidewaterAuditOperator(TidewaterSparkJobOperator):

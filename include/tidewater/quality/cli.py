@@ -14,11 +14,10 @@ from __future__ import annotations
 import argparse
 import json
 
+from tidewater.batch.result import RESULT_PREFIX
 from tidewater.config import Settings
 from tidewater.errors import ConfigError, OneLineParser
 from tidewater.pipelines import pipeline_option
-
-RESULT_PREFIX = "tidewater: result "
 
 
 def register(sub: argparse._SubParsersAction) -> None:
