@@ -20,7 +20,7 @@ from airflow.sdk import DAG, Param, task
 
 from tidewater.config import Settings
 from tidewater.orchestration import tasks
-from tidewater.orchestration.params import ACTIONS
+from tidewater.orchestration.params import ACTIONS, CONTROL_DAG_ID
 from tidewater.pipelines import all_pipelines
 
 settings = Settings.from_env()
@@ -47,7 +47,7 @@ with DAG(
         supervise()
 
 with DAG(
-    dag_id="tidewater_stream_control",
+    dag_id=CONTROL_DAG_ID,
     description="Start, stop, restart or resume one pipeline's streaming job",
     schedule=None,
     start_date=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),

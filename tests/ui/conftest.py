@@ -36,6 +36,7 @@ from ui_support import (
 )
 
 from tidewater.orchestration.airflow_env import airflow_environment, ensure_secrets
+from tidewater.paths import dags_folder
 
 # ---- the api-server ----------------------------------------------------------------------------------
 
@@ -61,10 +62,13 @@ def ui_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiServer]:
     dags = root / "dags"
     dags.mkdir()
     (dags / "ui_test_audit.py").write_text(AUDIT_DAG_FILE)
+    # The real control DAG, which the streams page's buttons trigger (no scheduler here: its runs stay queued).
+    shutil.copy(dags_folder() / "tidewater_streams.py", dags / "tidewater_streams.py")
     env = {**os.environ, **airflow_environment(settings, secrets), "AIRFLOW__CORE__DAGS_FOLDER": str(dags)}
     env = {k: v for k, v in env.items() if k != "PYTEST_CURRENT_TEST"}
     airflow = str(Path(sys.executable).parent / "airflow")
-    for args in (["db", "migrate"], ["dags", "test", AUDIT_DAG]):  # one finished run of the audit-like DAG
+    # One finished run of the audit-like DAG; every DAG of the folder in the database (the control DAG).
+    for args in (["db", "migrate"], ["dags", "test", AUDIT_DAG], ["dags", "reserialize"]):
         done = subprocess.run(
             [airflow, *args], env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL
         )

@@ -8,6 +8,10 @@
   (the table's version does not move); the audits page opens a Data Docs report whose CSS, JS and
   relative subpage links work; in Airflow's UI, the audit DAG run's "Data quality" tab and its task's
   "Data quality report" extra link land on the same report.
+- Streams: the page shows each stream's state (a driver that died, with its error and restart), its
+  queries' last batch with the lag per partition, and plots of its progress history drawn on the
+  server; its "stop" button creates a run of the real control DAG with the pipeline and action as
+  params. A screenshot of the page is kept in ``.test-artifacts/ui/``.
 - Report files: only a pipeline's reports area is served (``..``, encoded ``..``, absolute paths,
   other lake folders and a symlink out of the lake are refused).
 """
@@ -24,11 +28,14 @@ from urllib.parse import quote, urlencode, urlparse
 import jwt
 import pytest
 from deltalake import DeltaTable
-from ui_support import AUDIT_DAG, AUDIT_TASK, REPORT_CSS_COLOR, SECRET_TEXT, UiServer, http
+from ui_support import AUDIT_DAG, AUDIT_TASK, REPORT_CSS_COLOR, SECRET_TEXT, STREAM_ERROR, UiServer, http
+
+from tidewater.paths import project_root
 
 pytestmark = [pytest.mark.slow, pytest.mark.airflow]
 
 WAIT_S = 30
+ARTIFACTS = project_root() / ".test-artifacts" / "ui"  # screenshots, kept after the run
 
 
 def wait_for(driver: Any, css: str, timeout_s: float = WAIT_S) -> Any:
@@ -338,9 +345,61 @@ def test_plugin_is_registered_with_nav_entries_and_operator_link(ui_server: UiSe
     answer = http(ui_server.url + "/api/v2/plugins", headers={"Authorization": f"Bearer {token}"})
     plugin = next(p for p in json.loads(answer.text)["plugins"] if p["name"] == "tidewater")
     views = {v["url_route"]: v for v in plugin["external_views"]}
-    assert {"tidewater-tables", "tidewater-sql", "tidewater-audits", "tidewater-run-report"} <= set(views)
+    assert {
+        "tidewater-streams",
+        "tidewater-tables",
+        "tidewater-sql",
+        "tidewater-audits",
+        "tidewater-run-report",
+    } <= set(views)
     assert views["tidewater-run-report"]["destination"] == "dag_run"
     assert plugin["fastapi_apps"][0]["url_prefix"] == "/tidewater"
     assert any("AuditReportLink" in link for link in plugin["operator_extra_links"])
     errors = http(ui_server.url + "/api/v2/plugins/importErrors", headers={"Authorization": f"Bearer {token}"})
     assert json.loads(errors.text)["total_entries"] == 0, errors.text
+
+
+def test_streams_page_shows_health_and_plots_and_stops_through_the_control_dag(
+    ui_server: UiServer, browser_factory: Callable[[], Any]
+):
+    driver = browser_factory()
+    sign_in(driver, ui_server, "/tidewater/streams")
+    stream = wait_for(driver, "#stream-rsvps")
+    assert stream.get_attribute("data-state") == "dead"  # its driver exited: the supervisor relaunches it
+    assert STREAM_ERROR.removeprefix("tidewater: ") in stream.text and "1 restart(s)" in stream.text
+    assert css(driver, "#stream-pageviews").get_attribute("data-state") == "stopped"  # never started
+    bronze = css(driver, "#stream-rsvps tr[data-query='bronze']")
+    topic = ui_server.lake.settings.topic("rsvps")
+    assert f"{topic}/0 20" in bronze.text  # lag of each partition against the broker's end
+
+    # The plots: inline SVG drawn on the server from progress.jsonl, a line per series.
+    def series(chart: str) -> dict[str, int]:
+        groups = css_all(driver, f"#chart-rsvps-{chart} g.series")
+        return {g.get_attribute("data-series"): int(g.get_attribute("data-points")) for g in groups}
+
+    assert series("rates") == {"bronze input": 40, "bronze processed": 40}
+    assert series("lag") == {"bronze": 40}
+    assert series("duration") == {"bronze": 40, "gold_venue_response_counts": 40}
+    assert set(series("rows")) == {"bronze", "gold_venue_response_counts"}
+    assert series("late") == {"gold_venue_response_counts": 40}
+    assert series("state") == {"gold_venue_response_counts": 40}
+    assert series("audits") == {"suites passed": 1}
+    chart = css(driver, "#chart-rsvps-rates")
+    assert chart.is_displayed() and chart.size["width"] >= 500 and chart.size["height"] >= 150
+    assert "no progress in the last 1 h" in css(driver, "#stream-pageviews .no-history").text
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    assert driver.save_screenshot(str(ARTIFACTS / "streams.png"))
+    assert stream.screenshot(str(ARTIFACTS / "streams-rsvps.png"))
+    assert len(chart.screenshot_as_png) > 5000  # a drawn plot, not an empty box
+
+    # Stop: a run of the control DAG with the pipeline and action, made for the signed-in user.
+    navigate(driver, css(driver, "#stop-rsvps"))
+    notice = wait_for(driver, "#notice").text
+    assert "stop of rsvps requested" in notice, notice
+    token = ui_server.token()
+    answer = http(
+        ui_server.url + "/api/v2/dags/tidewater_stream_control/dagRuns", headers={"Authorization": f"Bearer {token}"}
+    )
+    runs = json.loads(answer.text)["dag_runs"]
+    assert [(r["conf"], r["state"]) for r in runs] == [({"pipeline": "rsvps", "action": "stop"}, "queued")]
+    assert runs[0]["dag_run_id"] in notice

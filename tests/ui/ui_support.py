@@ -208,4 +208,75 @@ def build_lake(root: Path, settings: Settings, audit_run: str) -> UiLake:
     outside.write_text(SECRET_TEXT)
     # A link planted inside the reports area that leads out of the lake must not be followed.
     os.symlink(outside, report_dir / "static" / "leak.txt")
+    write_stream_state(settings)
     return UiLake(settings, silver, report_rel, outside, audit_run)
+
+
+STREAM_ERROR = "tidewater: CheckpointError: checkpoint of bronze is held by another driver"
+
+
+def write_stream_state(settings: Settings, *, minutes: int = 20) -> None:
+    """What a stream of rsvps leaves behind, in the files' own formats: its progress history (records made
+    by the listener's summarize() from Spark-shaped progress, one bronze and one gold batch per 30 s over
+    the last ``minutes``), its supervisor events (a start, a death with its error, a restart) and a
+    driver that has exited since (so the page shows it failed, with the error)."""
+    from tidewater.orchestration.supervisor import StreamControl
+    from tidewater.streaming.progress import summarize
+
+    control = StreamControl(settings, "rsvps")
+    progress_dir = control.layout.progress_dir()
+    progress_dir.mkdir(parents=True, exist_ok=True)
+    now = dt.datetime.now(dt.UTC)
+    topic = settings.topic("rsvps")
+    records = []
+    for step in range(minutes * 2):
+        at = now - dt.timedelta(seconds=30 * (minutes * 2 - step))
+        stamp = at.isoformat().replace("+00:00", "Z")
+        behind = 400 if step < minutes else 20  # the stream caught up half-way
+        records.append(
+            summarize(
+                {
+                    "name": f"{settings.namespace}.rsvps.bronze",
+                    "batchId": step,
+                    "timestamp": stamp,
+                    "numInputRows": 1500,
+                    "inputRowsPerSecond": 50.0,
+                    "processedRowsPerSecond": 40.0 if step < minutes else 90.0,
+                    "durationMs": {"triggerExecution": 1800 + 10 * step},
+                    "sources": [
+                        {"endOffset": {topic: {"0": 1000 * step}}, "latestOffset": {topic: {"0": 1000 * step + behind}}}
+                    ],
+                },
+                0,
+            )
+        )
+        records.append(
+            summarize(
+                {
+                    "name": f"{settings.namespace}.rsvps.gold_venue_response_counts",
+                    "batchId": step,
+                    "timestamp": stamp,
+                    "numInputRows": 1500,
+                    "durationMs": {"triggerExecution": 900},
+                    "stateOperators": [{"numRowsTotal": 100 + step, "numRowsDroppedByWatermark": step % 3}],
+                    "eventTime": {"watermark": stamp},
+                },
+                step,
+            )
+        )
+    (progress_dir / "progress.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    for record in records[-2:]:
+        query = record["name"].rsplit(".", 1)[-1]
+        (progress_dir / f"{query}.json").write_text(json.dumps(record))
+    control.dir.mkdir(parents=True, exist_ok=True)
+    started = (now - dt.timedelta(minutes=minutes)).isoformat()
+    events = [
+        {"at": started, "event": "start", "reason": "not running", "pid": 999_999_998},
+        {"at": started, "event": "died", "error": STREAM_ERROR},
+        {"at": started, "event": "start", "reason": "died", "pid": 999_999_999},
+    ]
+    (control.dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    (control.dir / "driver.log").write_text(f"starting\n{STREAM_ERROR}\n")
+    (control.dir / "driver.json").write_text(
+        json.dumps({"pid": 999_999_999, "launched_unix": now.timestamp() - 60 * minutes, "log_offset": 0})
+    )

@@ -41,6 +41,7 @@ from tidewater.times import iso
 
 __all__ = [
     "ACTIONS",
+    "CONTROL_DAG_ID",
     "DEFAULT_CLOCK_SKEW",
     "PARAM_KEYS",
     "SOURCES",
@@ -55,6 +56,7 @@ __all__ = [
 
 # What the stream control DAG can be asked to do (the DAG's enum and the check below).
 ACTIONS = ("start", "stop", "restart", "resume")
+CONTROL_DAG_ID = "tidewater_stream_control"  # the DAG, and the streams page's buttons that trigger it
 
 PARAM_KEYS = ("pipeline", "start", "end", "source", "target", "sandbox_namespace", "entities")
 CONTROL_PARAM_KEYS = ("pipeline", "action")

@@ -74,6 +74,3 @@ def last_error_line(log_path: Path) -> str:
 
 
 _ERROR_LINE = re.compile(r"^tidewater: [A-Z]\w*(Error|Exception|Failure|Exit)\b")
-
-
-_ERROR_LINE = re.compile(r"^tidewater: [A-Z]\w*(Error|Exception|Failure|Exit)\b")

@@ -6,33 +6,39 @@ HTML pages                                  JSON API
   GET  /tables                                GET  /api/tables
   GET  /tables/{name}/history                 GET  /api/tables/{name}/history
   GET  /sql?sql=&page=&page_size=             POST /api/sql   {"sql", "page", "page_size"}
+  GET  /streams?hours=                         GET  /api/streams?hours=
+  POST /streams/{pipeline}/control  (action=start|stop|restart|resume: a run of the control DAG)
   GET  /audits                                GET  /api/audits?dag_id=&run_id=
   GET  /reports/by-run?dag_id=&run_id=[&task_id=]
   GET  /reports/files/<ns>/<pipeline>/reports/<path>
 
 Every route depends on :func:`tidewater.ui.auth.require_reader` (app-level dependency), and the app
 has no OpenAPI/docs routes, so nothing here answers an unauthenticated caller with data. No route
-writes: SQL goes through :func:`tidewater.query.sql.run_sql`, which refuses anything but reads of
-the lake's tables. Handlers are plain ``def``: FastAPI runs them in its thread pool, so lake reads
-do not block the api-server's event loop. Settings are read from the ``TIDEWATER_*`` environment
-the platform gives the api-server.
+writes the lake: the streams page's buttons create a run of the control DAG (for users the auth
+manager lets trigger it), which does the work and leaves its trace in Airflow like any run. SQL goes
+through :func:`tidewater.query.sql.run_sql`, which refuses anything but reads of the lake's tables.
+Handlers are plain ``def``: FastAPI runs them in its thread pool, so lake reads do not block the
+api-server's event loop. Settings are read from the ``TIDEWATER_*`` environment the platform gives the
+api-server.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
-from fastapi import Body, Depends, FastAPI, HTTPException, Request, status
+from fastapi import Body, Depends, FastAPI, Form, HTTPException, Request, status
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tidewater.config import Settings, check_namespace
 from tidewater.errors import ConfigError, TidewaterError
+from tidewater.orchestration.params import ACTIONS, CONTROL_DAG_ID
 from tidewater.query.encode import json_value
 from tidewater.ui import data
-from tidewater.ui.auth import login_url, require_reader
+from tidewater.ui.auth import ReaderDep, login_url, may_trigger, require_reader
 from tidewater.ui.render import Pages
 from tidewater.ui.reports import (
     ReportNotFound,
@@ -107,6 +113,22 @@ def run_query(config: Settings, sql: str, *, page: int, page_size: int, namespac
     except Exception as exc:  # a query the engine rejects: say why, keep the server up
         log.warning("query failed: %s", exc, exc_info=True)
         raise QueryProblem(f"{type(exc).__name__}: {one_line(exc)}", refused=False) from None
+
+
+def trigger_control(pipeline: str, action: str, user_name: str) -> str:
+    """Create a run of the control DAG for ``pipeline``/``action``; its run id."""
+    from airflow.api.common.trigger_dag import trigger_dag
+    from airflow.utils.types import DagRunTriggeredByType
+
+    run = trigger_dag(
+        CONTROL_DAG_ID,
+        triggered_by=DagRunTriggeredByType.UI,
+        triggering_user_name=user_name,
+        conf={"pipeline": pipeline, "action": action},
+    )
+    if run is None:
+        raise TidewaterError("Airflow created no run")
+    return str(run.run_id)
 
 
 def _default_namespace() -> str:
@@ -229,6 +251,70 @@ def create_app() -> FastAPI:
         page, page_size = max(1, page), max(1, min(page_size, MAX_PAGE_SIZE))
         result = run_query(settings(), sql, page=page, page_size=page_size, namespace=namespace)
         return JSONResponse(result.as_dict())  # the same JSON as `tidewater sql --format json`
+
+    # ---- streams --------------------------------------------------------------------------------
+
+    def stream_views(config: Settings, namespace: str | None, hours: float) -> list[Any]:
+        from tidewater.ui.streams import stream_views as views
+
+        audits = data.audit_rows(config, namespace=namespace, limit=5000)
+        return views(config, namespace, hours=hours, audits=audits)
+
+    @app.get("/streams", response_class=HTMLResponse)
+    def streams_page(
+        request: Request,
+        user: ReaderDep,
+        namespace: str | None = None,
+        hours: float = 1.0,
+        requested: str = "",
+        run_id: str = "",
+        problem: str = "",
+    ) -> HTMLResponse:
+        namespace = checked_namespace(namespace)
+        config = settings()
+        hours = max(0.1, min(hours, 168.0))
+        notice, kind = "", "info"
+        if problem:
+            notice, kind = problem, "error"
+        elif requested:
+            notice = f"{requested} requested: run {run_id} of {CONTROL_DAG_ID} (the page shows its effect once it ran)"
+        page = pages(request, config, namespace).streams(
+            stream_views(config, namespace, hours),
+            hours=hours,
+            can_control=may_trigger(user, CONTROL_DAG_ID),
+            actions=ACTIONS,
+            control_dag=CONTROL_DAG_ID,
+            notice=notice,
+            notice_kind=kind,
+        )
+        return HTMLResponse(page)
+
+    @app.get("/api/streams")
+    def streams_api(namespace: str | None = None, hours: float = 1.0) -> JSONResponse:
+        namespace = checked_namespace(namespace)
+        views = stream_views(settings(), namespace, max(0.1, min(hours, 168.0)))
+        return JSONResponse({"streams": json_value([view.to_dict() for view in views])})
+
+    @app.post("/streams/{pipeline}/control")
+    def control_stream(request: Request, pipeline: str, user: ReaderDep, action: str = Form(...)) -> Response:
+        """Start, stop, restart or resume a stream the way the Airflow UI would: a run of the control DAG
+        (its params checked there too), created for a user allowed to trigger that DAG."""
+        from tidewater.pipelines import all_pipelines
+
+        if action not in ACTIONS:
+            raise HTTPException(status.HTTP_400_BAD_REQUEST, f"action {action!r} is not one of {', '.join(ACTIONS)}")
+        if pipeline not in all_pipelines(settings()):
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no pipeline {pipeline!r}")
+        if not may_trigger(user, CONTROL_DAG_ID):
+            raise HTTPException(status.HTTP_403_FORBIDDEN, f"user may not trigger {CONTROL_DAG_ID}")
+        back = f"{root_of(request)}/streams"
+        try:
+            run = trigger_control(pipeline, action, user.get_name())
+        except Exception as exc:  # not deployed here, the database: say so on the page
+            problem = f"{action} of {pipeline} not requested: {CONTROL_DAG_ID}: {one_line(exc)}"
+            return RedirectResponse(f"{back}?{urlencode({'problem': problem})}", status_code=status.HTTP_303_SEE_OTHER)
+        query = urlencode({"requested": f"{action} of {pipeline}", "run_id": run})
+        return RedirectResponse(f"{back}?{query}", status_code=status.HTTP_303_SEE_OTHER)
 
     # ---- audits and reports ---------------------------------------------------------------------
 

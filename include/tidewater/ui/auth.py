@@ -37,6 +37,15 @@ def require_reader(user: GetUserDep) -> BaseUser:
 ReaderDep = Annotated[BaseUser, Depends(require_reader)]
 
 
+def may_trigger(user: BaseUser, dag_id: str) -> bool:
+    """Whether the auth manager lets ``user`` create runs of ``dag_id`` (the streams page's buttons)."""
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
+
+    return get_auth_manager().is_authorized_dag(
+        method="POST", access_entity=DagAccessEntity.RUN, details=DagDetails(id=dag_id), user=user
+    )
+
+
 def login_url(request: Request) -> str:
     """Airflow's login page, coming back to the requested page afterwards."""
     try:

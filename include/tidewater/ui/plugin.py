@@ -47,6 +47,13 @@ FASTAPI_APPS = [{"app": LazyApp("tidewater.ui.app:create_app"), "url_prefix": UR
 _PREFIX = URL_PREFIX.lstrip("/")
 EXTERNAL_VIEWS = [
     {
+        "name": "Streams",
+        "href": f"{_PREFIX}/streams",
+        "destination": "nav",
+        "url_route": "tidewater-streams",
+        "category": CATEGORY,
+    },
+    {
         "name": "Lake tables",
         "href": f"{_PREFIX}/tables",
         "destination": "nav",

@@ -39,6 +39,14 @@ th { background: #f0f4f8; } td.num { text-align: right; font-variant-numeric: ta
 textarea { width: 100%; max-width: 70em; font-family: ui-monospace, monospace; font-size: .95em; }
 .pager { margin: .6em 0; display: flex; gap: 1em; align-items: baseline; }
 code, pre { font-family: ui-monospace, monospace; }
+section.stream { border-top: 1px solid #d9e2ec; padding-top: .4em; margin-bottom: 1.6em; }
+.state { font-size: .7em; padding: .1em .5em; border-radius: 3px; margin-left: .5em; vertical-align: middle; }
+.state-running { background: #d1fadf; color: #05603a; } .state-starting { background: #e0f2fe; color: #075985; }
+.state-stalled, .state-dead, .state-failed { background: #fee4e2; color: #b42318; }
+.state-stopped { background: #f0f4f8; color: #52606d; }
+.charts { display: flex; flex-wrap: wrap; gap: .6em; margin: .6em 0; }
+svg.chart { border: 1px solid #d9e2ec; background: #fff; }
+form.actions { margin: .4em 0; } form.actions button { margin-right: .4em; }
 </style></head>
 <body>
 <header><strong>tidewater</strong>
@@ -151,12 +159,69 @@ _AUDITS = """{% extends "layout" %}{% block content %}
 </tbody></table>
 {% endblock %}"""
 
+_STREAMS = """{% extends "layout" %}{% block content %}
+{% if notice %}<div class="message {{ notice_kind }}" id="notice" role="status">{{ notice }}</div>{% endif %}
+<p class="muted">State from the checkpoint leases and heartbeats (what
+<code>tidewater_supervise_streams</code> acts on); plots of the last {{ hours }} h from each query's progress ·
+{% for h in (1, 6, 24) %}<a href="{{ root }}/streams?hours={{ h }}{{ ns_amp }}">{{ h }} h</a>
+{{- " · " if not loop.last }}{% endfor %}
+· <a href="{{ root }}/api/streams?hours={{ hours }}{{ ns_amp }}">JSON</a></p>
+{% for s in streams %}
+<section class="stream" id="stream-{{ s.pipeline }}" data-state="{{ s.health.state }}">
+<h2>{{ s.namespace }}/{{ s.pipeline }}
+<span class="state state-{{ s.health.state }}">{{ s.health.state | state_label }}</span></h2>
+<p>{% if s.health.pid %}driver pid {{ s.health.pid }} · {% endif %}wanted {{ s.health.desired }}
+{% if s.health.heartbeat_age_s is not none %} · last heartbeat
+{{ "%.0f" | format(s.health.heartbeat_age_s) }} s ago{% endif %}
+· {{ s.restarts }} restart(s) in the events below
+{% if s.health.detail %}<br><span class="muted">{{ s.health.detail }}</span>{% endif %}
+{% if s.health.error and s.health.error not in s.health.detail %}<br>
+<span class="failed">{{ s.health.error }}</span>{% endif %}</p>
+{% if can_control and s.namespace == namespace %}
+<form method="post" class="actions" action="{{ root }}/streams/{{ s.pipeline | urlpart }}/control">
+{% for action in actions %}<button type="submit" name="action" value="{{ action }}"
+ id="{{ action }}-{{ s.pipeline }}">{{ action }}</button>
+{% endfor %}<span class="muted">runs <code>{{ control_dag }}</code></span></form>
+{% endif %}
+<table class="queries"><thead><tr><th>Query</th><th>Last batch</th><th>Rows/s in · processed</th><th>Duration</th>
+<th>Lag per partition</th><th>State</th><th>Watermark</th><th>Late rows</th></tr></thead><tbody>
+{% for q in s.queries %}
+<tr data-query="{{ q.query }}"><td>{{ q.query }}</td>
+<td>{{ q.batch_id }}<br><span class="muted">{{ q.batch_time | when }}</span></td>
+<td class="num">{{ q.input_rows_per_second | rate }} · {{ q.processed_rows_per_second | rate }}</td>
+<td class="num">{{ q.batch_duration_ms | millis }}</td>
+<td>{% for part, behind in (q.lag or {}).items() %}<code>{{ part }}</code> {{ behind }}<br>
+{% else %}<span class="muted">-</span>{% endfor %}</td>
+<td class="num">{{ q.state_rows or 0 }} rows<br>
+<span class="muted">{{ [q.state_memory_bytes or 0, q.state_files_bytes or 0] | max | size }}</span></td>
+<td>{{ q.watermark or "" }}</td>
+<td class="num">{{ q.rows_dropped_by_watermark_total or 0 }}{% if q.rows_held_ahead_of_clock_total %}<br>
+<span class="muted">{{ q.rows_held_ahead_of_clock_total }} ahead of the clock</span>{% endif %}</td></tr>
+{% else %}<tr><td colspan="8" class="muted">no batch yet</td></tr>{% endfor %}
+</tbody></table>
+{% if s.has_history %}<div class="charts">{% for svg in s.charts() %}{{ svg | safe }}{% endfor %}</div>
+{% else %}<p class="muted no-history">no progress in the last {{ hours }} h</p>{% endif %}
+<details><summary>Starts, stops and deaths ({{ s.events | length }})</summary>
+<table class="events"><thead><tr><th>When</th><th>Event</th><th>Why</th></tr></thead><tbody>
+{% for e in s.events %}<tr><td>{{ e.at | when }}</td><td>{{ e.event }}</td>
+<td>{{ e.reason or e.error or e.detail or e.by or e.state or "" }}</td></tr>
+{% else %}<tr><td colspan="3" class="muted">no events</td></tr>{% endfor %}</tbody></table></details>
+</section>
+{% else %}<p class="muted">no pipelines</p>{% endfor %}
+{% endblock %}"""
+
 _MESSAGE = """{% extends "layout" %}{% block content %}
 <div class="message {{ kind }}" id="message" role="alert">{{ message }}</div>
 {% if link %}<p><a href="{{ link }}" target="_top" id="message-link">{{ link_text }}</a></p>{% endif %}
 {% endblock %}"""
 
-NAV = (("tables", "Tables"), ("sql", "SQL"), ("audits", "Audits"))
+NAV = (("streams", "Streams"), ("tables", "Tables"), ("sql", "SQL"), ("audits", "Audits"))
+# The supervisor's states (tidewater.orchestration.supervisor) in words: "dead" is a driver that exited
+# and will be relaunched; "failed" one that crash-looped and will not be until resumed.
+STATE_LABELS = {
+    "dead": "failed (exited; the supervisor relaunches it)",
+    "failed": "crash-looping (stopped until resumed)",
+}
 PAGE_SIZES = (25, 50, 100, 500)
 
 
@@ -179,6 +244,7 @@ def _environment(root: str) -> Environment:
                 "sql": _SQL,
                 "audits": _AUDITS,
                 "message": _MESSAGE,
+                "streams": _STREAMS,
             }
         ),
         autoescape=select_autoescape(default=True, default_for_string=True),
@@ -196,6 +262,9 @@ def _environment(root: str) -> Environment:
         brief=_brief,
         urlpart=lambda text: quote(str(text), safe=""),
         report=lambda path: report_href(root, path),
+        rate=lambda value: f"{float(value or 0):,.0f}",
+        millis=lambda ms: "" if ms is None else f"{float(ms) / 1000:,.1f} s",
+        state_label=lambda state: STATE_LABELS.get(str(state), str(state)),
     )
     return env
 
@@ -281,6 +350,32 @@ class Pages:
         title = "Data-quality report of this run" if run_id else "Audits"
         return self._render(
             "audits", title=title, active="" if run_id else "audits", audits=audits, dag_id=dag_id, run_id=run_id
+        )
+
+    def streams(
+        self,
+        streams: Sequence[Any],
+        *,
+        hours: float,
+        can_control: bool,
+        actions: Sequence[str],
+        control_dag: str,
+        notice: str = "",
+        notice_kind: str = "info",
+    ) -> str:
+        ns_amp = f"&{urlencode({'namespace': self.namespace_param})}" if self.namespace_param else ""
+        return self._render(
+            "streams",
+            title="Streams",
+            active="streams",
+            streams=streams,
+            hours=f"{hours:g}",
+            ns_amp=ns_amp,
+            can_control=can_control,
+            actions=actions,
+            control_dag=control_dag,
+            notice=notice,
+            notice_kind=notice_kind,
         )
 
     def message(self, title: str, message: str, *, kind: str = "info", link: str = "", link_text: str = "") -> str:
