@@ -12,10 +12,11 @@ ENV PYTHONUNBUFFERED=1 \
     UV_NO_CACHE=1
 
 # Java 17 (Debian's OpenJDK) for Spark; tini as PID 1 reaps the detached spark-submit drivers the
-# scheduler's tasks start and forwards stop signals; procps for Spark's scripts and for looking around.
+# scheduler's tasks start and forwards stop signals; procps for Spark's scripts and for looking around;
+# npm fetches the Data Docs' CSS/JS/fonts once, at build (bootstrap.sh; served offline afterwards).
 RUN mkdir -p /usr/share/man/man1 \
  && apt-get update \
- && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps tini \
+ && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps tini npm \
  && rm -rf /var/lib/apt/lists/*
 
 # Not root. /var/lib/tidewater is where the compose file mounts the shared state volume (a new named

@@ -7,13 +7,15 @@ PY="${TIDEWATER_PYTHON:-python3.11}"
 command -v "$PY" >/dev/null 2>&1 || PY=python3
 
 # Debian packages that live outside .venv, checked on every run (a fresh machine has the venv stamp's
-# inputs but not these): headless Chromium and its WebDriver for the UI tests, and redis-server, the
-# queue of the cluster profile's CeleryExecutor option (the profile starts its own, on a free port).
+# inputs but not these): headless Chromium and its WebDriver for the UI tests, redis-server, the
+# queue of the cluster profile's CeleryExecutor option (the profile starts its own, on a free port),
+# and npm, which fetches the Data Docs' CSS/JS/fonts (see vendor_assets).
 ensure_debian_packages() {
   local missing=()
   command -v chromium >/dev/null 2>&1 || missing+=(chromium)
   command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
   command -v redis-server >/dev/null 2>&1 || [[ -x /usr/bin/redis-server ]] || missing+=(redis-server)
+  command -v npm >/dev/null 2>&1 || missing+=(npm)
   [[ ${#missing[@]} -eq 0 ]] && return 0
   local sudo=""
   if [[ "$(id -u)" != 0 ]]; then
@@ -32,9 +34,17 @@ ensure_debian_packages() {
 }
 ensure_debian_packages
 
+# GX Data Docs load Bootstrap, jQuery, Font Awesome and Vega from CDNs: the same files, from the npm
+# packages that ship them (pinned by digest in include/tidewater/ui/vendor.py), go under .venv/share so
+# reports render styled offline. Quick when done; a failure leaves reports unstyled, not the platform down.
+vendor_assets() {
+  .venv/bin/python -m tidewater.ui.vendor install \
+    || echo "tidewater: Data Docs assets not vendored: reports render unstyled without internet" >&2
+}
+
 stamp=.venv/.tidewater-installed
 want="$(cat requirements.lock pyproject.toml | sha256sum | cut -d' ' -f1)"
-if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then exit 0; fi
+if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then vendor_assets; exit 0; fi
 echo "tidewater: setting up .venv (first run takes a minute or two)" >&2
 [[ -x .venv/bin/python ]] || "$PY" -m venv .venv
 .venv/bin/python -m pip install --quiet --disable-pip-version-check "uv==0.13.9"
@@ -44,3 +54,4 @@ echo "tidewater: setting up .venv (first run takes a minute or two)" >&2
 # previous build unreachable there. Pruning drops only unreachable entries (tens of GB after a few dozen clones).
 .venv/bin/uv cache prune --quiet || true
 echo "$want" > "$stamp"
+vendor_assets

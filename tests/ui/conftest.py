@@ -107,7 +107,7 @@ def ui_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiServer]:
 
 
 @pytest.fixture(scope="module")
-def browser_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[], Any]]:
+def browser_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Any]]:
     """Headless Chromium sessions (Debian's chromium + chromedriver), each with a fresh profile; all quit
     at teardown."""
     for binary in (CHROMIUM, CHROMEDRIVER):
@@ -119,11 +119,14 @@ def browser_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callab
     drivers: list[Any] = []
     profiles: list[str] = []
 
-    def open_browser() -> Any:
+    def open_browser(*, offline: bool = False) -> Any:
+        """A browser; ``offline``: every host but 127.0.0.1 unresolvable, as on a closed network."""
         options = webdriver.ChromeOptions()
         options.binary_location = CHROMIUM
         for flag in CHROMIUM_FLAGS:
             options.add_argument(flag)
+        if offline:
+            options.add_argument("--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1")
         profile = tempfile.mkdtemp(prefix="chromium-", dir=tmp_path_factory.getbasetemp())
         profiles.append(profile)
         options.add_argument(f"--user-data-dir={profile}")

@@ -403,3 +403,25 @@ def test_streams_page_shows_health_and_plots_and_stops_through_the_control_dag(
     runs = json.loads(answer.text)["dag_runs"]
     assert [(r["conf"], r["state"]) for r in runs] == [({"pipeline": "rsvps", "action": "stop"}, "queued")]
     assert runs[0]["dag_run_id"] in notice
+
+
+def test_a_report_renders_styled_on_a_closed_network(ui_server: UiServer, browser_factory: Callable[..., Any]):
+    """Data Docs load Bootstrap, Font Awesome and jQuery from CDNs; the plugin serves the vendored copies
+    (tidewater.ui.vendor) in their place, so a browser that can reach nothing but Airflow renders it styled."""
+    driver = browser_factory(offline=True)
+    sign_in(driver, ui_server, f"/tidewater/reports/files/{ui_server.lake.report_path}")
+    wait_for(driver, "#docs-title")
+    source = driver.page_source
+    assert "/tidewater/vendor/bootstrap@4.3.1/dist/css/bootstrap.min.css" in source
+    assert "bootstrapcdn" not in source and "cdnjs" not in source and "code.jquery.com" not in source
+    button = css(driver, "#styled-button")
+    assert button.value_of_css_property("background-color") == "rgba(0, 123, 255, 1)"  # Bootstrap 4's primary
+    assert driver.execute_script("return typeof window.jQuery") == "function"
+    icon_fonts = driver.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "document.fonts.load('900 16px \"Font Awesome 6 Free\"').then(f => done(f.length), () => done(-1));"
+    )
+    assert icon_fonts > 0  # the icon font came from the vendored webfonts
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    assert driver.save_screenshot(str(ARTIFACTS / "report-offline.png"))
+    assert status_in_browser(driver, "/tidewater/vendor/bootstrap@4.3.1/package.json") == 404

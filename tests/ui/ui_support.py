@@ -150,8 +150,13 @@ def build_lake(root: Path, settings: Settings, audit_run: str) -> UiLake:
     (report_dir / "validations").mkdir()
     (report_dir / "index.html").write_text(
         "<!doctype html><html><head><meta charset='utf-8'><title>Data Docs</title>"
+        # the CDN links GX 1.x's page templates carry (served from the vendored copies)
+        '<link href="https://maxcdn.bootstrapcdn.com/bootstrap/4.3.1/css/bootstrap.min.css" rel="stylesheet">'
+        '<link rel="stylesheet" href="https://cdnjs.cloudflare.com/ajax/libs/font-awesome/6.6.0/css/all.min.css">'
+        '<script src="https://code.jquery.com/jquery-3.7.1.min.js"></script>'
         "<link rel='stylesheet' href='static/style.css'><script src='static/app.js'></script></head>"
         "<body><h1 id='docs-title'>Validation results for rsvps</h1>"
+        "<button id='styled-button' class='btn btn-primary'><i class='fas fa-check'></i> expectations</button>"
         "<a id='suite-link' href='validations/silver.html'>rsvps.silver suite</a></body></html>"
     )
     (report_dir / "static" / "style.css").write_text(f"body {{ background-color: {REPORT_CSS_COLOR}; }}\n")

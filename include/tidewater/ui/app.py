@@ -10,7 +10,8 @@ HTML pages                                  JSON API
   POST /streams/{pipeline}/control  (action=start|stop|restart|resume: a run of the control DAG)
   GET  /audits                                GET  /api/audits?dag_id=&run_id=
   GET  /reports/by-run?dag_id=&run_id=[&task_id=]
-  GET  /reports/files/<ns>/<pipeline>/reports/<path>
+  GET  /reports/files/<ns>/<pipeline>/reports/<path>   (a page's CDN links point at /vendor)
+  GET  /vendor/<package>@<version>/<path>      the Data Docs' CSS, JS and fonts (tidewater.ui.vendor)
 
 Every route depends on :func:`tidewater.ui.auth.require_reader` (app-level dependency), and the app
 has no OpenAPI/docs routes, so nothing here answers an unauthenticated caller with data. No route
@@ -30,19 +31,20 @@ from urllib.parse import urlencode
 
 from fastapi import Body, Depends, FastAPI, Form, HTTPException, Request, status
 from fastapi.exception_handlers import http_exception_handler
-from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tidewater.config import Settings, check_namespace
 from tidewater.errors import ConfigError, TidewaterError
 from tidewater.orchestration.params import ACTIONS, CONTROL_DAG_ID
 from tidewater.query.encode import json_value
-from tidewater.ui import data
+from tidewater.ui import data, vendor
 from tidewater.ui.auth import ReaderDep, login_url, may_trigger, require_reader
 from tidewater.ui.render import Pages
 from tidewater.ui.reports import (
     ReportNotFound,
     ReportPathRefused,
+    content_type,
     read_report,
     report_href,
     report_location,
@@ -369,11 +371,19 @@ def create_app() -> FastAPI:
             raise HTTPException(status.HTTP_404_NOT_FOUND, one_line(exc)) from None
         if found.is_dir:  # relative links in index.html need the folder URL to end in /
             return RedirectResponse(report_href(root_of(request), location.relative) + "/", status_code=307)
-        headers = {
-            "Content-Length": str(found.size),
-            "X-Content-Type-Options": "nosniff",
-            "Cache-Control": "no-cache",
-        }
+        headers = {"X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"}
+        if found.content_type.startswith("text/html"):  # a Data Docs page: its CDN links go to /vendor
+            page = b"".join(read_report(location)).decode("utf-8", errors="replace")
+            return HTMLResponse(vendor.rewrite_html(page, f"{root_of(request)}/vendor"), headers=headers)
+        headers["Content-Length"] = str(found.size)
         return StreamingResponse(read_report(location), media_type=found.content_type, headers=headers)
+
+    @app.get("/vendor/{path:path}")
+    def vendored(path: str) -> Response:
+        found = vendor.local_path(path)
+        if found is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"no vendored file {path!r}")
+        headers = {"X-Content-Type-Options": "nosniff", "Cache-Control": "public, max-age=86400"}
+        return FileResponse(found, media_type=content_type(path), headers=headers)
 
     return app
