@@ -309,6 +309,10 @@ def test_signed_in_user_browses_tables_queries_and_reports(ui_server: UiServer, 
     navigate(driver, css(driver, "#nav-audits"))
     wait_for(driver, "#audits")
     assert len(css_all(driver, "#audits tbody tr")) == 2
+    # The report index: each pipeline's pass rate per hour (one hour here: 1 of 2 suites passed).
+    dots = css_all(driver, "#pass-rate-rsvps g.series circle title")
+    assert [d.get_attribute("textContent") for d in dots] == ["suites passed: 50 % at 2026-11-21 10:00:00 UTC"]
+    assert css(driver, "#report-index a[href*='pipeline=rsvps']").text == "rsvps"
     navigate(driver, css(driver, "#audits a.report"))
     wait_for(driver, "#js-ran")  # the report's script was served as JavaScript and ran
     assert css(driver, "#docs-title").text == "Validation results for rsvps"

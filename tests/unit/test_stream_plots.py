@@ -9,7 +9,8 @@ from pathlib import Path
 
 from tidewater.streaming.progress import summarize
 from tidewater.ui.charts import line_chart, nice_ceiling, short_number
-from tidewater.ui.streams import audit_pass_rate, chart_series, progress_history
+from tidewater.ui.data import audit_pass_rate
+from tidewater.ui.streams import chart_series, progress_history
 
 T0 = dt.datetime(2026, 11, 25, 10, 0, tzinfo=dt.UTC)
 

@@ -321,11 +321,31 @@ def create_app() -> FastAPI:
     # ---- audits and reports ---------------------------------------------------------------------
 
     @app.get("/audits", response_class=HTMLResponse)
-    def audits_page(request: Request, namespace: str | None = None, limit: int = 200) -> HTMLResponse:
+    def audits_page(
+        request: Request, namespace: str | None = None, limit: int = 200, pipeline: str = ""
+    ) -> HTMLResponse:
+        """Every audit, newest first, with each pipeline's pass rate per hour (the report index);
+        ``pipeline`` keeps one pipeline's."""
+        from tidewater.ui.charts import line_chart
+
         namespace = checked_namespace(namespace)
         config = settings()
-        rows = data.audit_rows(config, namespace=namespace, limit=max(1, min(limit, 5000)))
-        return HTMLResponse(pages(request, config, namespace).audits(rows))
+        rows = data.audit_rows(config, namespace=namespace, limit=5000)
+        pipelines = sorted({str(r.get("pipeline")) for r in rows if r.get("pipeline")})
+        shown = [r for r in rows if r.get("pipeline") == pipeline] if pipeline else rows
+        rates = [
+            line_chart(
+                f"{name}: suites passed per hour",
+                data.audit_pass_rate([r for r in rows if r.get("pipeline") == name]),
+                unit="%",
+                chart_id=f"pass-rate-{name}",
+            )
+            for name in ([pipeline] if pipeline else pipelines)
+        ]
+        page = pages(request, config, namespace).audits(
+            shown[: max(1, min(limit, 5000))], pipeline=pipeline, pipelines=pipelines, pass_rates=rates
+        )
+        return HTMLResponse(page)
 
     @app.get("/api/audits")
     def audits_api(

@@ -7,7 +7,9 @@ only the newest per table. Nothing here writes.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, is_dataclass
 from typing import Any
 
@@ -162,3 +164,23 @@ def run_audit_rows(
         if rows:
             return rows
     return []
+
+
+def audit_pass_rate(audits: Sequence[Mapping[str, Any]]) -> dict[str, list[tuple[float, float]]]:
+    """Per hour of audit time: the share of suites that passed (%)."""
+    hours: dict[float, list[bool]] = {}
+    for audit in audits:
+        when = audit.get("audited_at")
+        if isinstance(when, str):
+            try:
+                when = dt.datetime.fromisoformat(when.replace("Z", "+00:00"))
+            except ValueError:
+                continue
+        if not isinstance(when, dt.datetime):
+            continue
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=dt.UTC)
+        hour = when.timestamp() - when.timestamp() % 3600
+        hours.setdefault(hour, []).append(bool(audit.get("success")))
+    points = [(hour, 100.0 * sum(results) / len(results)) for hour, results in sorted(hours.items())]
+    return {"suites passed": points} if points else {}

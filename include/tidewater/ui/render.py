@@ -136,6 +136,11 @@ _SQL = """{% extends "layout" %}{% block content %}
 {% endblock %}"""
 
 _AUDITS = """{% extends "layout" %}{% block content %}
+{% if pass_rates %}<p id="report-index">Reports of
+<a href="{{ root }}/audits{{ ns_query }}" class="{{ 'here' if not pipeline else '' }}">every pipeline</a>
+{% for p in pipelines %} · <a href="{{ root }}/audits?{{ p | pipeline_query(namespace_param) }}"
+ class="{{ 'here' if p == pipeline else '' }}">{{ p }}</a>{% endfor %}</p>
+<div class="charts">{% for svg in pass_rates %}{{ svg | safe }}{% endfor %}</div>{% endif %}
 {% if dag_id %}<p>Audits of DAG <code>{{ dag_id }}</code>{% if run_id %}, run <code>{{ run_id }}</code>{% endif %}
 · <a href="{{ root }}/audits{{ ns_query }}">all audits</a></p>{% endif %}
 <table id="audits"><thead><tr><th>Audited</th><th>Pipeline</th><th>Suite</th><th>Interval</th><th>Result</th>
@@ -265,6 +270,9 @@ def _environment(root: str) -> Environment:
         rate=lambda value: f"{float(value or 0):,.0f}",
         millis=lambda ms: "" if ms is None else f"{float(ms) / 1000:,.1f} s",
         state_label=lambda state: STATE_LABELS.get(str(state), str(state)),
+        pipeline_query=lambda pipeline, namespace: urlencode(
+            {"pipeline": pipeline, **({"namespace": namespace} if namespace else {})}
+        ),
     )
     return env
 
@@ -346,10 +354,28 @@ class Pages:
             table_names=table_names,
         )
 
-    def audits(self, audits: Sequence[Mapping[str, Any]], *, dag_id: str = "", run_id: str = "") -> str:
-        title = "Data-quality report of this run" if run_id else "Audits"
+    def audits(
+        self,
+        audits: Sequence[Mapping[str, Any]],
+        *,
+        dag_id: str = "",
+        run_id: str = "",
+        pipeline: str = "",
+        pipelines: Sequence[str] = (),
+        pass_rates: Sequence[str] = (),
+    ) -> str:
+        """The audit rows (of a run, or of every run: then with each pipeline's pass rate over time)."""
+        title = "Data-quality report of this run" if run_id else f"Audits of {pipeline}" if pipeline else "Audits"
         return self._render(
-            "audits", title=title, active="" if run_id else "audits", audits=audits, dag_id=dag_id, run_id=run_id
+            "audits",
+            title=title,
+            active="" if run_id else "audits",
+            audits=audits,
+            dag_id=dag_id,
+            run_id=run_id,
+            pipeline=pipeline,
+            pipelines=pipelines,
+            pass_rates=pass_rates,
         )
 
     def streams(

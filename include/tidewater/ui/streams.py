@@ -5,7 +5,7 @@ Everything comes from files the platform already writes, read-only: the supervis
 error, the crash-loop verdict) and its ``events.jsonl`` (starts, deaths, stalls, stops, with reasons),
 and the progress listener's ``progress.jsonl`` (one record per micro-batch per query:
 :mod:`tidewater.streaming.progress`), whose tail is turned into the plots' series. Audit pass rates
-come from the audit tables (:func:`tidewater.ui.data.audit_rows`). Nothing here starts or stops
+come from the audit tables (:func:`tidewater.ui.data.audit_pass_rate`). Nothing here starts or stops
 anything: the page's buttons trigger the control DAG (see :mod:`tidewater.ui.app`).
 """
 
@@ -24,6 +24,7 @@ from tidewater.orchestration.supervisor import StreamControl
 from tidewater.pipelines import all_pipelines
 from tidewater.pipelines.layout import PipelineLayout
 from tidewater.ui import charts
+from tidewater.ui.data import audit_pass_rate
 
 Series = dict[str, list[charts.Point]]
 HISTORY_TAIL_BYTES = 4 * 2**20  # of progress.jsonl: hours of batches of every query
@@ -182,26 +183,6 @@ def chart_series(
         ("state", "State rows", "rows", state),
         ("audits", "Audit pass rate, per hour", "%", audit_pass_rate(audits)),
     ]
-
-
-def audit_pass_rate(audits: Sequence[Mapping[str, Any]]) -> Series:
-    """Per hour of audit time: the share of suites that passed (%)."""
-    hours: dict[float, list[bool]] = {}
-    for audit in audits:
-        when = audit.get("audited_at")
-        if isinstance(when, str):
-            try:
-                when = dt.datetime.fromisoformat(when.replace("Z", "+00:00"))
-            except ValueError:
-                continue
-        if not isinstance(when, dt.datetime):
-            continue
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=dt.UTC)
-        hour = when.timestamp() - when.timestamp() % 3600
-        hours.setdefault(hour, []).append(bool(audit.get("success")))
-    points = [(hour, 100.0 * sum(results) / len(results)) for hour, results in sorted(hours.items())]
-    return {"suites passed": points} if points else {}
 
 
 def _read_json(path: Path) -> dict[str, Any]:
