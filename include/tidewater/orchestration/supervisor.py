@@ -58,7 +58,7 @@ from tidewater.pipelines import get_pipeline
 from tidewater.pipelines.layout import PipelineLayout
 from tidewater.processes import alive, group_members, signal_group
 from tidewater.streaming.checkpoint import lease_holder
-from tidewater.streaming.progress import read_progress
+from tidewater.streaming.progress import read_json_lines_tail, read_progress
 from tidewater.streaming.stop_request import clear_request, read_request, write_request
 
 RUNNING, STARTING, STALLED, DEAD, STOPPED, FAILED = "running", "starting", "stalled", "dead", "stopped", "failed"
@@ -254,23 +254,7 @@ class StreamControl:
 
     def events(self) -> list[dict[str, Any]]:
         """The recent history of ``events.jsonl``, oldest first (its last 256 KB: hundreds of events)."""
-        path = self.dir / "events.jsonl"
-        try:
-            with open(path, "rb") as history:
-                size = history.seek(0, os.SEEK_END)
-                history.seek(max(0, size - _EVENTS_TAIL_BYTES))
-                lines = history.read().decode(errors="replace").splitlines()
-        except OSError:
-            return []
-        if size > _EVENTS_TAIL_BYTES:
-            lines = lines[1:]  # probably cut in the middle
-        events = []
-        for line in lines:
-            with contextlib.suppress(ValueError):
-                event = json.loads(line)
-                if isinstance(event, dict):
-                    events.append(event)
-        return events
+        return read_json_lines_tail(self.dir / "events.jsonl", _EVENTS_TAIL_BYTES)
 
     def batches(self) -> dict[str, Any]:
         """Each query's last committed batch id, from its progress file (None before its first batch)."""

@@ -158,3 +158,27 @@ def read_progress(path: Path) -> dict[str, Any] | None:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+
+
+def read_json_lines_tail(path: Path, max_bytes: int) -> list[dict[str, Any]]:
+    """The JSON objects of the last ``max_bytes`` of a JSON-lines file, oldest first (a history that only
+    grows: ``progress.jsonl``, the supervisor's ``events.jsonl``). A torn or cut line is skipped; a
+    missing file is empty."""
+    try:
+        with open(path, "rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, size - max_bytes))
+            lines = handle.read().decode(errors="replace").splitlines()
+    except OSError:
+        return []
+    if size > max_bytes:
+        lines = lines[1:]  # probably cut in the middle
+    records = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +22,7 @@ from tidewater.config import Settings
 from tidewater.orchestration.supervisor import StreamControl
 from tidewater.pipelines import all_pipelines
 from tidewater.pipelines.layout import PipelineLayout
+from tidewater.streaming.progress import read_json_lines_tail
 from tidewater.ui import charts
 from tidewater.ui.data import audit_pass_rate
 
@@ -94,25 +94,8 @@ def stream_views(
 
 def progress_history(path: Path, *, since: float) -> list[dict[str, Any]]:
     """The records of ``progress.jsonl`` (its last few MB) for batches that started at or after ``since``."""
-    try:
-        with open(path, "rb") as handle:
-            size = handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, size - HISTORY_TAIL_BYTES))
-            lines = handle.read().decode(errors="replace").splitlines()
-    except OSError:
-        return []
-    if size > HISTORY_TAIL_BYTES:
-        lines = lines[1:]  # probably cut in the middle
-    records = []
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        when = batch_unix(record)
-        if isinstance(record, dict) and when is not None and when >= since:
-            records.append(record)
-    return records
+    records = read_json_lines_tail(path, HISTORY_TAIL_BYTES)
+    return [r for r in records if (when := batch_unix(r)) is not None and when >= since]
 
 
 def batch_unix(record: Mapping[str, Any]) -> float | None:
