@@ -348,6 +348,25 @@ def test_stream_latest_offset_caps_and_stops_at_the_available_now_target(fake: F
     assert fake.closed
 
 
+def test_the_reported_latest_offsets_are_those_the_batch_was_planned_from(
+    fake: FakePartitionClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spark asks for the broker's end right after planning a batch (for the progress's lag): the reader
+    answers with the end it just read, uncapped, instead of asking the broker again."""
+    reader = KafkaStreamReader(KafkaSourceOptions.parse({**BASE, "maxOffsetsPerTrigger": "40"}))
+    start = reader.initialOffset()
+    asked = []
+    real = fake.end_offsets
+    monkeypatch.setattr(fake, "end_offsets", lambda topic, parts: asked.append(topic) or real(topic, parts))
+    planned = reader.latestOffset(start, reader.getDefaultReadLimit())
+    assert 0 < sum(planned["orders"].values()) - sum(start["orders"].values()) <= 40  # capped
+    assert reader.reportLatestOffset() == {"orders": {"0": 100, "1": 50, "2": 0}}  # what is there
+    assert len(asked) == 1
+    fake.topics["orders"][0] = (0, 120)
+    assert reader.reportLatestOffset() == {"orders": {"0": 120, "1": 50, "2": 0}}  # asked afresh: once only
+    assert len(asked) == 2
+
+
 def test_stream_latest_offset_fails_on_loss_and_adds_new_partitions(fake: FakePartitionClient) -> None:
     """The stream reader checks retention every batch; a partition that appeared starts at its earliest."""
     reader = KafkaStreamReader(KafkaSourceOptions.parse(BASE))

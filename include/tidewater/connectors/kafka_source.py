@@ -324,6 +324,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: Offsets | None = None
         self._fresh = False  # initialOffset was called: this run starts a new checkpoint
         self._floor: Offsets | None = None  # resumeFrom=latest: where this run's reading begins
+        # The broker's end offsets that latestOffset just read: Spark asks for them again at once
+        # (reportLatestOffset, for the progress's lag), which would cost two more broker requests.
+        self._available: Offsets | None = None
 
     def initialOffset(self) -> dict:
         self._fresh = True
@@ -347,6 +350,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         self._resume_floor()  # fixed before the end offsets below, so the floor never passes a batch's end
         latest = self.planner.end_offsets()
+        self._available = {topic: dict(parts) for topic, parts in latest.items()}
         # Partitions that appeared since the last batch start at their earliest offset.
         earliest = None
         for topic, parts in latest.items():
@@ -366,7 +370,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return latest
 
     def reportLatestOffset(self) -> dict | None:
-        return self.planner.end_offsets()
+        available, self._available = self._available, None
+        return available if available is not None else self.planner.end_offsets()
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         floor = self._resume_floor()
