@@ -43,7 +43,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from multiprocessing import Process
 from pathlib import Path
 from typing import Any
@@ -398,10 +399,23 @@ TARGETS = {
 }
 
 
+def attempt(figures: dict[str, Any], measure: str, run: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
+    """``run()``'s figures under ``measure``; a job that died is recorded (and printed) instead, so one
+    pipeline's failure does not end the other pipelines' runs."""
+    try:
+        figures[measure] = run()
+    except SystemExit as exc:
+        figures.setdefault("failed", []).append(f"{measure}: {exc}")
+        print(f"    FAILED: {exc}", flush=True)
+        return None
+    return figures[measure]
+
+
 def summarize_runs(pipeline: str, runs: list[dict[str, Any]]) -> list[str]:
     throughput = [r["throughput"] for r in runs if "throughput" in r]
     latency = [r["latency"] for r in runs if "latency" in r]
     lines = [f"{pipeline} ({len(runs)} run(s); median [min-max]):"]
+    lines += [f"  FAILED {failure}" for r in runs for failure in r.get("failed", [])]
     if throughput:
         lines.append(
             f"  Kafka -> silver while draining: {spread([t['events_per_s'] for t in throughput], ' events/s')}"
@@ -548,27 +562,31 @@ def main(argv: list[str] | None = None) -> int:
                 figures: dict[str, Any] = {}
                 if not args.skip_throughput:
                     print(f"{name} run {run}: throughput, draining {args.backlog:,} events", flush=True)
-                    figures["throughput"] = t = measure_throughput(base, pipeline, args.backlog, run, work)
-                    print(
-                        f"    {t['events_per_s']:,.0f} events/s, peak RSS {t['peak_rss_gb']:.2f} GB"
-                        f" (PSS {t['peak_pss_gb']:.2f} GB)",
-                        flush=True,
-                    )
+                    measure = partial(measure_throughput, base, pipeline, args.backlog, run, work)
+                    t = attempt(figures, "throughput", measure)
+                    if t:
+                        print(
+                            f"    {t['events_per_s']:,.0f} events/s, peak RSS {t['peak_rss_gb']:.2f} GB"
+                            f" (PSS {t['peak_pss_gb']:.2f} GB)",
+                            flush=True,
+                        )
                 if not args.skip_latency:
                     print(
                         f"{name} run {run}: latency, {args.rate:g} events/s for {args.warmup_seconds:g} s warm-up"
                         f" + {args.latency_seconds:g} s, 1 s trigger",
                         flush=True,
                     )
-                    figures["latency"] = x = measure_latency(
-                        base, pipeline, args.rate, args.latency_seconds, args.warmup_seconds, run, work
+                    measure = partial(
+                        measure_latency, base, pipeline, args.rate, args.latency_seconds, args.warmup_seconds, run, work
                     )
-                    print(
-                        f"    silver p50 {x['p50_s']:.2f} s p95 {x['p95_s']:.2f} s; gold p95 "
-                        + ", ".join(f"{k} {v:.2f} s" for k, v in x["gold_p95_s"].items())
-                        + f"; peak RSS {x['peak_rss_gb']:.2f} GB (PSS {x['peak_pss_gb']:.2f} GB)",
-                        flush=True,
-                    )
+                    x = attempt(figures, "latency", measure)
+                    if x:
+                        print(
+                            f"    silver p50 {x['p50_s']:.2f} s p95 {x['p95_s']:.2f} s; gold p95 "
+                            + ", ".join(f"{k} {v:.2f} s" for k, v in x["gold_p95_s"].items())
+                            + f"; peak RSS {x['peak_rss_gb']:.2f} GB (PSS {x['peak_pss_gb']:.2f} GB)",
+                            flush=True,
+                        )
                 runs.append(figures)
             results["pipelines"][name] = runs
             print("\n".join(summarize_runs(name, runs)), flush=True)

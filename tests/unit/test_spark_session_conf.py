@@ -74,3 +74,11 @@ def test_a_scratch_folder_is_per_process_and_a_dead_processs_one_is_removed(tmp_
     assert mine == str(tmp_path / str(os.getpid()))
     assert os.path.isdir(mine)
     assert not leftover.exists() and living.exists() and unrelated.exists()
+
+
+def test_a_busy_python_worker_is_never_killed_for_silence():
+    """spark.python.worker.killOnIdleTimeout ends a worker that sent nothing for the idle timeout even
+    while it computes (a state processor folding a large micro-batch): the query then fails."""
+    conf = session_conf(Settings(state_dir="/tmp/x"))
+    assert conf.get("spark.python.worker.killOnIdleTimeout", "false") == "false"
+    assert conf["spark.python.worker.reuse"] == "true"
