@@ -27,7 +27,10 @@ from tidewater.ui import charts
 from tidewater.ui.data import audit_pass_rate
 
 Series = dict[str, list[charts.Point]]
-HISTORY_TAIL_BYTES = 4 * 2**20  # of progress.jsonl: hours of batches of every query
+# How much of progress.jsonl a page reads: ~4 MB an hour of plots (about an hour of one-second batches
+# of a pipeline's queries), at most 32 MB; a longer window of a busy stream shows its latest part.
+HISTORY_BYTES_PER_HOUR = 4 * 2**20
+HISTORY_MAX_BYTES = 32 * 2**20
 EVENTS_SHOWN = 12
 # Supervisor events that explain why a stream started or ended.
 LIFECYCLE_EVENTS = ("start", "died", "stalled", "stop", "failed", "resume", "desired", "restart")
@@ -81,7 +84,8 @@ def stream_views(
         control = StreamControl(settings, name, namespace)
         health = control.health().to_dict()
         progress_dir = PipelineLayout.of(settings, pipeline, namespace).progress_dir()
-        history = progress_history(progress_dir / "progress.jsonl", since=since)
+        tail = min(HISTORY_MAX_BYTES, int(HISTORY_BYTES_PER_HOUR * max(hours, 1.0)))
+        history = progress_history(progress_dir / "progress.jsonl", since=since, tail_bytes=tail)
         last = {q: _read_json(progress_dir / f"{q}.json") for q in control.queries}
         queries = [{"query": q, **record} for q, record in last.items() if record]
         events = [e for e in control.events() if e.get("event") in LIFECYCLE_EVENTS][-EVENTS_SHOWN:]
@@ -92,9 +96,9 @@ def stream_views(
     return views
 
 
-def progress_history(path: Path, *, since: float) -> list[dict[str, Any]]:
-    """The records of ``progress.jsonl`` (its last few MB) for batches that started at or after ``since``."""
-    records = read_json_lines_tail(path, HISTORY_TAIL_BYTES)
+def progress_history(path: Path, *, since: float, tail_bytes: int = HISTORY_BYTES_PER_HOUR) -> list[dict[str, Any]]:
+    """The records of ``progress.jsonl`` (its last ``tail_bytes``) for batches that started at or after ``since``."""
+    records = read_json_lines_tail(path, tail_bytes)
     return [r for r in records if (when := batch_unix(r)) is not None and when >= since]
 
 
