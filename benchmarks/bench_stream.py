@@ -63,6 +63,7 @@ from tidewater.pipelines.base import Pipeline
 from tidewater.pipelines.layout import PipelineLayout
 from tidewater.processes import stop_process_group
 from tidewater.streaming.jobs import launch_stream_job
+from tidewater.times import parse_time
 
 
 def session_pids(sid: int) -> list[int]:
@@ -318,15 +319,20 @@ def percentile(values: list[float], q: float) -> float:
 SilverCommit = tuple[float, list[float]]
 
 
+def table_commits(table: LakeTable) -> Iterator[tuple[float, list[dict[str, Any]]]]:
+    """Each commit after the table's creation: (when it was made, epoch s; its actions)."""
+    for version in range(1, table.version() + 1) if table.exists() else ():
+        actions = table.commit_actions(version) or []
+        commit_ms = next((a["commitInfo"]["timestamp"] for a in actions if "commitInfo" in a), None)
+        if commit_ms is not None:
+            yield commit_ms / 1000, actions
+
+
 def commit_latencies(table: LakeTable, *, produced_after: float) -> list[SilverCommit]:
     """Per silver commit: when it was made and the Kafka timestamps (epoch s) of the events in it that
     were produced after ``produced_after``. An event's latency is the first minus the second."""
     out: list[SilverCommit] = []
-    for version in range(1, table.version() + 1):
-        actions = table.commit_actions(version) or []
-        commit_ms = next((a["commitInfo"]["timestamp"] for a in actions if "commitInfo" in a), None)
-        if commit_ms is None:
-            continue
+    for committed, actions in table_commits(table):
         stamps: list[float] = []
         for action in actions:
             if "add" not in action:
@@ -336,7 +342,7 @@ def commit_latencies(table: LakeTable, *, produced_after: float) -> list[SilverC
             produced = (t.timestamp() for t in column.to_pylist() if t is not None)
             stamps.extend(t for t in produced if t >= produced_after)
         if stamps:
-            out.append((commit_ms / 1000, stamps))
+            out.append((committed, stamps))
     return out
 
 
@@ -348,8 +354,7 @@ def gold_batch_starts(progress: Path, query: str) -> dict[int, float]:
     for line in progress.read_text().splitlines():
         record = json.loads(line)
         if record.get("name") == query and record.get("batch_time"):
-            stamp = dt.datetime.fromisoformat(record["batch_time"].replace("Z", "+00:00"))
-            starts[int(record["batch_id"])] = stamp.timestamp()
+            starts[int(record["batch_id"])] = parse_time(record["batch_time"]).timestamp()
     return starts
 
 
@@ -359,12 +364,10 @@ def gold_latencies(inputs: list[list[SilverCommit]], gold: LakeTable, starts: di
     starts) minus the event's Kafka timestamp. An aggregate shows the event's effect from then on; a
     table that emits closed windows only (append mode) holds it in state until the window closes."""
     batches: list[tuple[float, float]] = []  # (started, committed), epoch s
-    for version in range(1, gold.version() + 1) if gold.exists() else ():
-        actions = gold.commit_actions(version) or []
-        commit_ms = next((a["commitInfo"]["timestamp"] for a in actions if "commitInfo" in a), None)
+    for committed, actions in table_commits(gold):
         batch = next((a["txn"]["version"] for a in actions if "txn" in a), None)
-        if commit_ms is not None and batch is not None and batch in starts:
-            batches.append((starts[batch], commit_ms / 1000))
+        if batch is not None and batch in starts:
+            batches.append((starts[batch], committed))
     batches.sort()
     out: list[float] = []
     for commits in inputs:

@@ -93,6 +93,11 @@ def job_result(lines: Iterable[str]) -> dict[str, Any] | None:
     return found
 
 
+def _committed(result: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """The tables a job's result says it committed to, with their outcomes."""
+    return {table: outcome for table, outcome in (result.get("tables") or {}).items() if outcome.get("committed")}
+
+
 def event_extras(settings: Settings, result: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """Per Asset name: the extra of its event, for each table the job committed to."""
     pipeline, namespace = str(result["pipeline"]), result.get("namespace")
@@ -108,19 +113,14 @@ def event_extras(settings: Settings, result: Mapping[str, Any]) -> dict[str, dic
             "rows": outcome.get("rows"),
             "version": outcome.get("version"),
         }
-        for table, outcome in (result.get("tables") or {}).items()
-        if outcome.get("committed")
+        for table, outcome in _committed(result).items()
     }
 
 
 def written_assets(settings: Settings, result: Mapping[str, Any]) -> list[Asset]:
     """The Assets of the tables a job committed to, in the namespace it wrote (the replay alias's events)."""
     pipeline = get_pipeline(str(result["pipeline"]))
-    return [
-        table_asset(settings, pipeline, table, result.get("namespace"))
-        for table, outcome in (result.get("tables") or {}).items()
-        if outcome.get("committed")
-    ]
+    return [table_asset(settings, pipeline, table, result.get("namespace")) for table in _committed(result)]
 
 
 def annotate_events(

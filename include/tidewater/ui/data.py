@@ -17,10 +17,12 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from tidewater.config import Settings, is_namespace
+from tidewater.errors import ConfigError
 from tidewater.lake.storage import filesystem
 from tidewater.lake.tables import LakeTable
 from tidewater.pipelines import all_pipelines
 from tidewater.pipelines.layout import PipelineLayout
+from tidewater.times import parse_time
 
 log = logging.getLogger(__name__)
 
@@ -170,16 +172,12 @@ def audit_pass_rate(audits: Sequence[Mapping[str, Any]]) -> dict[str, list[tuple
     """Per hour of audit time: the share of suites that passed (%)."""
     hours: dict[float, list[bool]] = {}
     for audit in audits:
-        when = audit.get("audited_at")
-        if isinstance(when, str):
-            try:
-                when = dt.datetime.fromisoformat(when.replace("Z", "+00:00"))
-            except ValueError:
-                continue
-        if not isinstance(when, dt.datetime):
+        if not isinstance(audit.get("audited_at"), str | dt.datetime):
             continue
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=dt.UTC)
+        try:
+            when = parse_time(audit["audited_at"], "audited_at")
+        except ConfigError:
+            continue
         hour = when.timestamp() - when.timestamp() % 3600
         hours.setdefault(hour, []).append(bool(audit.get("success")))
     points = [(hour, 100.0 * sum(results) / len(results)) for hour, results in sorted(hours.items())]

@@ -12,17 +12,18 @@ anything: the page's buttons trigger the control DAG (see :mod:`tidewater.ui.app
 from __future__ import annotations
 
 import datetime as dt
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tidewater.config import Settings
+from tidewater.errors import ConfigError
 from tidewater.orchestration.supervisor import StreamControl
 from tidewater.pipelines import all_pipelines
 from tidewater.pipelines.layout import PipelineLayout
-from tidewater.streaming.progress import read_json_lines_tail
+from tidewater.streaming.progress import read_json_lines_tail, read_progress
+from tidewater.times import parse_time
 from tidewater.ui import charts
 from tidewater.ui.data import audit_pass_rate
 
@@ -86,7 +87,7 @@ def stream_views(
         progress_dir = PipelineLayout.of(settings, pipeline, namespace).progress_dir()
         tail = min(HISTORY_MAX_BYTES, int(HISTORY_BYTES_PER_HOUR * max(hours, 1.0)))
         history = progress_history(progress_dir / "progress.jsonl", since=since, tail_bytes=tail)
-        last = {q: _read_json(progress_dir / f"{q}.json") for q in control.queries}
+        last = {q: read_progress(progress_dir / f"{q}.json") or {} for q in control.queries}
         queries = [{"query": q, **record} for q, record in last.items() if record]
         events = [e for e in control.events() if e.get("event") in LIFECYCLE_EVENTS][-EVENTS_SHOWN:]
         restarts = sum(1 for e in events if e.get("event") in ("died", "stalled"))
@@ -107,8 +108,8 @@ def batch_unix(record: Mapping[str, Any]) -> float | None:
     stamp = record.get("batch_time")
     if isinstance(stamp, str):
         try:
-            return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-        except ValueError:
+            return parse_time(stamp, "batch_time").timestamp()
+        except ConfigError:
             pass
     beat = record.get("heartbeat_unix")
     return float(beat) if isinstance(beat, int | float) else None
@@ -170,11 +171,3 @@ def chart_series(
         ("state", "State rows", "rows", state),
         ("audits", "Audit pass rate, per hour", "%", audit_pass_rate(audits)),
     ]
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        value = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
