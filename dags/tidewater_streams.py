@@ -1,12 +1,14 @@
 """Stream supervision and control.
 
-* ``tidewater_supervise_streams`` (every minute): per pipeline, start its detached streaming job if
-  it should run and does not, restart it when it died or stalled (the task then fails, so the
-  incident is visible; the stream is already back), and return its health as XCom: last batch,
-  input rate, lag per partition, state rows. A stream that dies on every start without committing
-  a batch is restarted at most ``TIDEWATER_STREAM_MAX_RESTARTS`` times, then marked failed: no more
-  restarts, and the task fails with the attempts and the driver's one-line error on every run
-  until the stream is resumed.
+* ``tidewater_supervise_streams`` (``@continuous``): per pipeline, start its detached streaming job if
+  it should run and does not, then watch it from the triggerer (no worker slot) and act when it
+  died or stalled: restart it and fail, so the incident is visible while the stream is already
+  back. A run ends when a stream needed a hand or after ``TIDEWATER_SUPERVISE_WATCH_SECONDS``; the
+  next starts at once (:mod:`tidewater.orchestration.watch` says why this shape). Each task returns
+  the stream's health as XCom: last batch, input rate, lag per partition, state rows. A stream that
+  dies on every start without committing a batch is restarted at most
+  ``TIDEWATER_STREAM_MAX_RESTARTS`` times, then marked failed: no more restarts, that run fails with
+  the attempts and the driver's one-line error, and later runs wait for the stream to be resumed.
 * ``tidewater_stream_control`` (manual): start, stop, restart or resume one pipeline's stream. A
   stop is remembered: the supervisor does not restart a stream someone stopped. ``resume`` clears
   a failed (crash-looping) stream and starts it; start and restart clear it too.
@@ -18,9 +20,10 @@ import datetime as dt
 
 from airflow.sdk import DAG, Param, task
 
-from tidewater.config import Settings
+from tidewater.config import CONTINUOUS, Settings
 from tidewater.orchestration import tasks
 from tidewater.orchestration.params import ACTIONS, CONTROL_DAG_ID
+from tidewater.orchestration.watch import DEFERRAL_GRACE, SuperviseStreamOperator
 from tidewater.pipelines import all_pipelines
 
 settings = Settings.from_env()
@@ -34,17 +37,20 @@ with DAG(
     catchup=False,
     max_active_runs=1,
     is_paused_upon_creation=False,
-    dagrun_timeout=dt.timedelta(minutes=10),
+    dagrun_timeout=dt.timedelta(minutes=10)
+    + (
+        dt.timedelta(seconds=settings.supervise_watch_seconds) + DEFERRAL_GRACE
+        if settings.supervise_schedule == CONTINUOUS
+        else dt.timedelta()
+    ),
     default_args={"retries": 0},
     tags=["tidewater", "streams"],
 ):
     for name in PIPELINES:
-
-        @task(task_id=f"supervise_{name}", execution_timeout=dt.timedelta(minutes=5))
-        def supervise(pipeline: str = name) -> dict:
-            return tasks.supervise_stream(pipeline)
-
-        supervise()
+        # execution_timeout bounds each round in a worker, not the watch (the deferral has its own).
+        SuperviseStreamOperator(
+            task_id=f"supervise_{name}", pipeline=name, pipelines=PIPELINES, execution_timeout=dt.timedelta(minutes=5)
+        )
 
 with DAG(
     dag_id=CONTROL_DAG_ID,

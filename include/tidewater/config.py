@@ -26,6 +26,7 @@ SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 KAFKA_CLIENTS = ("kafka-python", "confluent")
 LOCK_BACKENDS = ("flock", "postgres")
 AIRFLOW_EXECUTORS = ("local", "celery")
+CONTINUOUS = "@continuous"  # Airflow's schedule: the next run starts as soon as the last one ends
 SASL_MECHANISMS = ("", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI")
 # A lake namespace is one plain path segment under the lake and checkpoint roots (``live``, a sandbox):
 # never empty, ".", ".." or anything with "/". Every place that takes one checks it with
@@ -163,12 +164,18 @@ class JvmMemory(Check):
 
 @dataclass(frozen=True)
 class Schedule(Check):
-    """A cron expression or an @preset, as Airflow takes it."""
+    """A cron expression or an @preset, as Airflow takes it; ``continuous`` also admits @continuous (a
+    new run as soon as the last one ends), which only a DAG whose runs wait for something can use."""
+
+    continuous: bool = False
 
     def problem(self, value: Any) -> str | None:
         if isinstance(value, str) and value.strip() and _valid_cron(value.strip()):
             return None
-        return "must be a cron expression such as '*/15 * * * *' or a preset such as @hourly or @daily"
+        if self.continuous and value == CONTINUOUS:
+            return None
+        extra = ", @continuous" if self.continuous else ""
+        return f"must be a cron expression such as '*/15 * * * *' or a preset such as @hourly or @daily{extra}"
 
 
 @dataclass(frozen=True)
@@ -341,7 +348,11 @@ class Settings:
     # a Redis broker for `airflow celery worker`s, on this host or others (the cluster profile's option).
     airflow_executor: str = setting("local", OneOf(AIRFLOW_EXECUTORS))
     celery_broker_url: str = setting("", Pattern(r"(redis://\S+)?", "empty or redis://HOST:PORT/DB"))
-    supervise_schedule: str = setting("*/1 * * * *", Schedule())
+    # @continuous: one run at a time, whose tasks watch the streams from the triggerer and end when
+    # one needs a hand (or after supervise_watch_seconds); a cron schedule: one check per run.
+    supervise_schedule: str = setting(CONTINUOUS, Schedule(continuous=True))
+    supervise_watch_seconds: float = setting(3600.0, Range(ge=1, le=86_400))
+    supervise_poll_seconds: float = setting(5.0, Range(ge=0.1, le=3600))
     batch_schedule: str = setting("@hourly", Schedule())
     # First data interval of the scheduled batch DAGs (ISO-8601). Empty: the DAGs start paused at a
     # fixed date; the platform command sets it to the hour it first ran.

@@ -163,6 +163,21 @@ def crash_loop(
     )
 
 
+def needs_round(health: StreamHealth) -> str | None:
+    """Why a supervision round would act on this observation, or None when it would leave the stream
+    as it is: the watch in the triggerer (:mod:`tidewater.orchestration.watch`) wakes a worker only
+    for these. It mirrors :meth:`StreamControl._supervise`; a failed stream waits for a person."""
+    if health.desired == STOPPED:
+        if health.state in (RUNNING, STARTING, STALLED):
+            return f"{health.state} but wanted stopped"
+        return None
+    if health.state in (DEAD, STALLED):
+        return f"{health.state}: {health.detail}"
+    if health.state == STOPPED:
+        return f"wanted running but {health.detail or 'stopped'}"
+    return None
+
+
 def _advanced(seen: Mapping[str, Any], batches: Mapping[str, Any]) -> bool:
     return any(batch is not None and batch != seen.get(query) for query, batch in batches.items())
 
@@ -261,6 +276,19 @@ class StreamControl:
         return {
             q: (read_progress(self.layout.progress_dir() / f"{q}.json") or {}).get("batch_id") for q in self.queries
         }
+
+    def changed_since(self, since: dt.datetime) -> list[dict[str, Any]]:
+        """The events recorded after ``since`` (a start, stop, death, resume, ...); cheap when there
+        are none (one stat). The watch ends a supervision run on them, so every task of the run ends.
+        Events carry whole seconds: one in ``since``'s own second counts (at worst one short run more)."""
+        since = since.replace(microsecond=0)
+        path = self.dir / "events.jsonl"
+        try:
+            if path.stat().st_mtime < since.timestamp():
+                return []
+        except FileNotFoundError:
+            return []
+        return [e for e in self.events() if _parse_at(e.get("at")) >= since]
 
     def crash_loop(self) -> CrashLoop | None:
         return crash_loop(self.events(), max_restarts=self.settings.stream_max_restarts)
@@ -501,6 +529,12 @@ class StreamControl:
         if victims:
             self._event("reap", pids=victims)
         return victims
+
+    def observe(self) -> StreamHealth:
+        """Look without acting (the watch's poll): ``health.json`` is the last observation either way."""
+        health = self.health()
+        write_json(self.dir / "health.json", {**health.to_dict(), "action": "none (watching)"})
+        return health
 
     def supervise(self) -> tuple[str, StreamHealth]:
         """One supervision round: returns (action taken, health after it), also written to ``health.json``."""

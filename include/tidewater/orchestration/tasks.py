@@ -20,13 +20,15 @@ log = logging.getLogger(__name__)
 # ---- streams ----------------------------------------------------------------------------------------
 
 
-def supervise_stream(pipeline: str) -> dict[str, Any]:
+def supervise_stream(pipeline: str, *, raise_known_failure: bool = True) -> dict[str, Any]:
     """One supervision round for ``pipeline``'s live stream; raise when it had died or stalled (after
     restarting it), so the incident shows red in the grid while the stream is already back.
 
     A crash-looping stream (see :func:`tidewater.orchestration.supervisor.crash_loop`) is marked
-    failed and no longer restarted; the task then fails with its one line (the attempts and the
-    driver's error) on every run until the stream is resumed: the grid stays red while it is down.
+    failed and no longer restarted; the round that marks it raises its one line (the attempts and the
+    driver's error). Later rounds raise it again unless ``raise_known_failure`` is false: a run a
+    minute stays red while the stream is down; a watching run (:mod:`tidewater.orchestration.watch`),
+    which would otherwise fail again the moment it started, waits for the resume instead.
     """
     from tidewater.orchestration.supervisor import (
         DEAD,
@@ -42,7 +44,7 @@ def supervise_stream(pipeline: str) -> dict[str, Any]:
     before = control.health()
     action, health = control.supervise()
     log.info("stream %s: %s -> %s", pipeline, action, health.summary())
-    if health.state == FAILED:
+    if health.state == FAILED and (raise_known_failure or before.state != FAILED):
         raise StreamFailedError(f"stream {health.namespace}/{pipeline} failed: {health.detail}")
     if before.state in (DEAD, STALLED) and before.desired != STOPPED:
         raise StreamIncidentError(
