@@ -11,6 +11,7 @@ Celery worker run every task: supervision, the backfill's Spark jobs and audits)
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import os
 import shutil
@@ -187,9 +188,8 @@ def test_airflow_on_postgres_supervises_a_stream_on_the_standalone_master_into_t
     config = GeneratorConfig(seed=12, start_time_ms=parse_ts("2026-11-25T10:00:00Z"), rate=50)
     sent = produce_generated(settings, topic, config, 1500)
     expected = {r.event_id for r in sent if r.kind != "malformed"}
-    airflow = LocalAirflow(settings)
-    # The supervising DAG runs every minute; triggered now, it starts the stream without waiting.
-    airflow.request("POST", "/api/v2/dags/tidewater_supervise_streams/dagRuns", {"logical_date": None})
+    # Nobody triggers anything: the supervising DAG's continuous schedule has a run going, and its
+    # watch wakes for the stream wanted running.
     layout = PipelineLayout.of(settings, pipeline)
 
     wait_for(lambda: expected <= silver_ids(profile), timeout_s=300, what="every event in silver on the S3 lake")
@@ -268,7 +268,15 @@ def test_the_stream_does_not_need_airflow_and_airflow_starts_no_second_copy(prof
         for group in groups:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(group, signal.SIGCONT)
-    assert run_dag(settings, "tidewater_supervise_streams") == "success"
+    resumed = dt.datetime.now(dt.UTC).replace(microsecond=0)
+
+    def observed_after_resume() -> dict[str, Any] | None:  # the triggerer's watch looked again
+        seen = json.loads((control.dir / "health.json").read_text())
+        return seen if dt.datetime.fromisoformat(seen["checked_at"]) > resumed else None
+
+    seen = wait_for(observed_after_resume, timeout_s=120, what="the supervising watch to look at the stream again")
+    assert seen["state"] == RUNNING and seen["pid"] == driver, seen
+    time.sleep(2 * settings.supervise_poll_seconds)  # a round it woke for would start within a poll or two
     assert control.health().pid == driver and control.lease_pids() == {driver}
     starts = [e for e in (control.dir / "events.jsonl").read_text().splitlines() if '"event": "start"' in e]
     assert len(starts) == 1, starts
@@ -327,8 +335,7 @@ def test_a_broker_restart_and_a_killed_driver_lose_nothing_and_write_nothing_twi
     killed = control.lease_pids()
     for pid in killed:  # the driver's whole process group: JVM and Python
         os.killpg(os.getpgid(pid), signal.SIGKILL)
-    sent += send_batch(settings, 23, "2026-11-25T12:00:00Z", 600)
-    LocalAirflow(settings).request("POST", "/api/v2/dags/tidewater_supervise_streams/dagRuns", {"logical_date": None})
+    sent += send_batch(settings, 23, "2026-11-25T12:00:00Z", 600)  # the watch notices the kill within a poll
     expected = {r.event_id for r in sent if r.kind != "malformed"}
     wait_for(lambda: expected <= silver_ids(profile), timeout_s=300, what="the events sent after the driver's kill")
 

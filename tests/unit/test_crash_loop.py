@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from supervisor_helpers import ERROR, RefusingLaunch
 from tidewater.config import Settings
 from tidewater.errors import ConfigError
 from tidewater.orchestration.params import parse_control_params
@@ -31,7 +29,6 @@ from tidewater.orchestration.supervisor import (
 from tidewater.pipelines import all_pipelines
 
 T0 = dt.datetime(2026, 11, 21, 10, 0, tzinfo=dt.UTC)
-ERROR = "CheckpointError: checkpoint /x/bronze is corrupt: offsets/0 is not valid JSON"
 
 
 def at(seconds: float) -> str:
@@ -158,22 +155,6 @@ def test_control_params_are_checked_in_one_line():
 
 
 # ---- the supervisor with a driver that refuses at every start ----------------------------------------
-
-
-class RefusingLaunch:
-    """Stands in for launch_stream_job: a real process that prints a one-line error and exits 2."""
-
-    def __init__(self) -> None:
-        self.error = ERROR
-        self.launched: list[subprocess.Popen[bytes]] = []
-
-    def __call__(self, settings: Settings, pipeline: str, log_path: Path, **_: Any) -> subprocess.Popen[bytes]:
-        script = f"import sys; print('starting'); print({'tidewater: ' + self.error!r}, file=sys.stderr); sys.exit(2)"
-        with open(log_path, "ab") as log:
-            process = subprocess.Popen([sys.executable, "-c", script], stdout=log, stderr=subprocess.STDOUT)
-        process.wait(timeout=60)
-        self.launched.append(process)
-        return process
 
 
 @pytest.fixture

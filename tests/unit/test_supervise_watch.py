@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
 
+from supervisor_helpers import ERROR, RefusingLaunch
 from tidewater.config import CONTINUOUS, Settings
 from tidewater.orchestration.supervisor import (
     DEAD,
@@ -35,8 +36,6 @@ from tidewater.orchestration.supervisor import (
 )
 from tidewater.orchestration.watch import StreamWatchTrigger, SuperviseStreamOperator, watch_reason
 from tidewater.pipelines import all_pipelines
-
-from test_crash_loop import ERROR, RefusingLaunch, refusing  # noqa: F401  (the fixture)
 
 PIPELINES = sorted(all_pipelines())
 
@@ -147,7 +146,11 @@ def run_operator(env: Settings, start_date: dt.datetime) -> StreamWatchTrigger:
     return trigger
 
 
-def test_the_task_starts_watches_restarts_then_a_crash_loop_waits_for_a_resume(env: Settings, refusing: RefusingLaunch):
+def test_the_task_starts_watches_restarts_then_a_crash_loop_waits_for_a_resume(
+    env: Settings, monkeypatch: pytest.MonkeyPatch
+):
+    refusing = RefusingLaunch()
+    monkeypatch.setattr("tidewater.streaming.jobs.launch_stream_job", refusing)
     stop_all(env)
     StreamControl(env, "rsvps").set_desired(RUNNING, by="test")
     operator = SuperviseStreamOperator(task_id="supervise_rsvps", pipeline="rsvps", pipelines=PIPELINES)
@@ -158,13 +161,13 @@ def test_the_task_starts_watches_restarts_then_a_crash_loop_waits_for_a_resume(e
     assert len(refusing.launched) == 1 and trigger.until == (start + dt.timedelta(seconds=3600)).isoformat()
     event = first_event(trigger)
     assert event["reason"].startswith("rsvps: dead: driver exited: ") and ERROR in event["reason"]
-    with pytest.raises(StreamIncidentError, match="^stream rsvps was dead"):  # restarted: the run is red
+    with pytest.raises(StreamIncidentError, match=r"^stream rsvps was dead"):  # restarted: the run is red
         operator.after_watch({}, event)
     assert len(refusing.launched) == 2
 
     # Run 2: the restarted driver died too: the round marks the crash loop failed and fails.
     time.sleep(1.1)
-    with pytest.raises(StreamFailedError, match="^stream live/rsvps failed: crash loop: 2 starts"):
+    with pytest.raises(StreamFailedError, match=r"^stream live/rsvps failed: crash loop: 2 starts"):
         operator.execute({"dag_run": SimpleNamespace(start_date=dt.datetime.now(dt.UTC))})
     assert StreamControl(env, "rsvps").health().state == FAILED
 
