@@ -22,8 +22,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from tidewater.broker import EmbeddedBroker, free_port
+from tidewater.config import Settings
 from tidewater.connectors.kafka_client import KafkaPythonClient
 from tidewater.errors import one_line
+from tidewater.streaming.retention import RetentionWatch
 
 T0 = 1_700_000_000_000  # record timestamps: T0 + index * 1000 + partition (ms), growing with offsets
 FORMAT = "tidewater-kafka"
@@ -135,6 +137,46 @@ def test_end_offsets_are_the_true_end_not_list_offsets(broker: EmbeddedBroker, m
             f"the broker's ListOffsets(latest) is now right ({listed}): the fetch probe may be unnecessary",
             stacklevel=1,
         )
+
+
+def test_the_retention_watch_reports_what_the_broker_holds(
+    kafka_settings: Settings, broker: EmbeddedBroker, make_topic: Callable[..., str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The driver's look at the first retained offsets, from its own thread. The embedded broker cannot
+    delete records (no DeleteRecords, no retention), so every partition holds from 0 here; the verdicts
+    of a partition whose unread records retention is about to delete are tests/unit/test_retention_lag.py's."""
+    topic = make_topic(2)
+    produce(broker.bootstrap_servers, topic, {0: 5, 1: 3}, flushes=1)
+    watch = RetentionWatch(kafka_settings, [topic], every_s=0.2).start()
+    try:
+        deadline = time.monotonic() + 30
+        while watch.snapshot()[1] is None:
+            assert time.monotonic() < deadline, "no look at the broker within 30 s"
+            time.sleep(0.1)
+        first, looked_at = watch.snapshot()
+        assert first == {f"{topic}/0": 0, f"{topic}/1": 0} and looked_at is not None and looked_at <= time.time()
+    finally:
+        began = time.monotonic()
+        watch.stop()
+        assert time.monotonic() - began < 5
+
+    # A broker that does not answer costs a warning per look, not the caller's thread.
+    unreachable = kafka_settings.replace(
+        kafka_bootstrap_servers=f"127.0.0.1:{free_port()}", kafka_request_timeout_ms=500
+    )
+
+    def warned() -> bool:
+        return any("retention watch: could not ask the broker" in r.getMessage() for r in caplog.records)
+
+    with caplog.at_level("WARNING", logger="tidewater.streaming.retention"):
+        lonely = RetentionWatch(unreachable, [topic], every_s=0.2).start()
+        deadline = time.monotonic() + 20
+        while not warned():
+            assert time.monotonic() < deadline, "no warning within 20 s"
+            time.sleep(0.2)
+        assert lonely.snapshot() == ({}, None)
+        lonely.stop()
+    assert any("retention watch: could not ask the broker" in r.getMessage() for r in caplog.records)
 
 
 # ---- batch -------------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ from ui_support import (
 )
 
 from tidewater.orchestration.airflow_env import airflow_environment, ensure_secrets
-from tidewater.paths import dags_folder
+from tidewater.paths import dags_folder, project_root
 
 # ---- the api-server ----------------------------------------------------------------------------------
 
@@ -64,6 +64,8 @@ def ui_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiServer]:
     (dags / "ui_test_audit.py").write_text(AUDIT_DAG_FILE)
     # The real control DAG, which the streams page's buttons trigger (no scheduler here: its runs stay queued).
     shutil.copy(dags_folder() / "tidewater_streams.py", dags / "tidewater_streams.py")
+    # The README's DAG of a user's own, scheduled on rsvps.gold.* (a test starts a scheduler for it).
+    shutil.copy(project_root() / "examples" / "rsvps_gold_consumer.py", dags / "rsvps_gold_consumer.py")
     env = {**os.environ, **airflow_environment(settings, secrets), "AIRFLOW__CORE__DAGS_FOLDER": str(dags)}
     env = {k: v for k, v in env.items() if k != "PYTEST_CURRENT_TEST"}
     airflow = str(Path(sys.executable).parent / "airflow")
@@ -98,7 +100,28 @@ def ui_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiServer]:
             if time.monotonic() > deadline:
                 raise AssertionError(f"api-server not answering after 180 s:\n{log.read_text()[-3000:]}")
             time.sleep(0.5)
-        yield UiServer(url=url, lake=lake, password=secrets.admin_password, log=log)
+        yield UiServer(url=url, lake=lake, password=secrets.admin_password, log=log, env=env)
+    finally:
+        _kill_group(process)
+
+
+@pytest.fixture
+def airflow_scheduler(ui_server: UiServer) -> Iterator[Path]:
+    """A real ``airflow scheduler`` (LocalExecutor, its task processes in its process group) beside the
+    module's api-server, for as long as the test runs; yields its log."""
+    log = ui_server.log.with_name("scheduler.log")
+    airflow = str(Path(sys.executable).parent / "airflow")
+    with open(log, "ab") as out:
+        process = subprocess.Popen(
+            [airflow, "scheduler"],
+            env=ui_server.env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    try:
+        yield log
     finally:
         _kill_group(process)
 

@@ -22,6 +22,7 @@ import json
 import time
 from collections.abc import Callable
 from http.client import HTTPConnection
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode, urlparse
 
@@ -375,6 +376,12 @@ def test_streams_page_shows_health_and_plots_and_stops_through_the_control_dag(
     bronze = css(driver, "#stream-rsvps tr[data-query='bronze']")
     topic = ui_server.lake.settings.topic("rsvps")
     assert f"{topic}/0 20" in bronze.text  # lag of each partition against the broker's end
+    # ... and against what the broker retains: partition 1 has 90 of its 100 retained records unread.
+    safe = css(driver, f"#stream-rsvps [data-partition='{topic}/0']")
+    assert "of 39020 retained (0% unread)" in safe.text and "partition ok" == safe.get_attribute("class")
+    risky = css(driver, f"#stream-rsvps [data-partition='{topic}/1']")
+    assert f"{topic}/1 90 of 100 retained (90% unread) retention deletes unread records soon" == risky.text
+    assert "at-risk" in risky.get_attribute("class").split()
 
     # The plots: inline SVG drawn on the server from progress.jsonl, a line per series.
     def series(chart: str) -> dict[str, int]:
@@ -429,3 +436,56 @@ def test_a_report_renders_styled_on_a_closed_network(ui_server: UiServer, browse
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     assert driver.save_screenshot(str(ARTIFACTS / "report-offline.png"))
     assert status_in_browser(driver, "/tidewater/vendor/bootstrap@4.3.1/package.json") == 404
+
+
+def test_an_asset_event_on_gold_runs_a_users_dag_and_the_ui_shows_what_triggered_it(
+    ui_server: UiServer, airflow_scheduler: Path, browser_factory: Callable[[], Any]
+):
+    """examples/rsvps_gold_consumer.py (the README's DAG scheduled on rsvps.gold.*) under a real
+    scheduler: an event on one gold table, as publish_gold or a correction emits it (their events are
+    tests/dags/test_dag_runs.py's), starts a run that reads the event's extra; the run's page in
+    Airflow's UI names the asset that triggered it."""
+    token = ui_server.token()
+
+    def api(path: str, method: str = "GET", body: dict[str, Any] | None = None) -> Any:
+        answer = http(
+            ui_server.url + "/api/v2" + path,
+            method=method,
+            body=None if body is None else json.dumps(body).encode(),
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        )
+        assert answer.status in (200, 201), f"{method} {path}: {answer.status} {answer.text[:500]}"
+        return json.loads(answer.text)
+
+    # Nothing else may run: the supervisor would launch real streams from this module's state folder.
+    api("/dags/tidewater_supervise_streams", "PATCH", {"is_paused": True})
+    table = "rsvps.gold.venue_response_counts"
+    (asset,) = [a for a in api(f"/assets?name_pattern={table}")["assets"] if a["name"] == table]
+    assert asset["uri"].endswith("/rsvps/gold/venue_response_counts")
+    assert {r["dag_id"] for r in asset["scheduled_dags"]} == {"rsvps_gold_consumer"}
+    extra = {"mode": "correction", "interval": "2026-11-21T10:00:00+00:00/2026-11-21T11:00:00+00:00", "version": 7}
+    api("/assets/events", "POST", {"asset_id": asset["id"], "extra": extra})
+
+    def finished_run() -> dict[str, Any] | None:
+        runs = api("/dags/rsvps_gold_consumer/dagRuns")["dag_runs"]
+        return runs[0] if runs and runs[0]["state"] in ("success", "failed") else None
+
+    deadline = time.monotonic() + 240
+    while (run := finished_run()) is None:
+        assert time.monotonic() < deadline, "no finished run:\n" + airflow_scheduler.read_text()[-3000:]
+        time.sleep(2)
+    assert run["run_type"] == "asset_triggered" and run["state"] == "success", run
+    run_path = f"/dags/rsvps_gold_consumer/dagRuns/{run['dag_run_id']}"
+    (event,) = api(run_path + "/upstreamAssetEvents")["asset_events"]
+    assert event["name"] == table and event["extra"]["version"] == 7
+    changes = api(run_path + "/taskInstances/what_changed/xcomEntries/return_value")["value"]
+    assert [(c["table"], c["mode"], c["version"]) for c in changes] == [(table, "correction", 7)]
+
+    driver = browser_factory()
+    sign_in(driver, ui_server, f"/dags/rsvps_gold_consumer/runs/{run['dag_run_id']}")
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(driver, WAIT_S).until(lambda d: table in d.find_element("tag name", "body").text)
+    print(driver.find_element("tag name", "body").text)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    assert driver.save_screenshot(str(ARTIFACTS / "asset-triggered-run.png"))

@@ -78,6 +78,7 @@ class UiServer:
     lake: UiLake
     password: str
     log: Path
+    env: dict[str, str]  # the Airflow environment of the server (a scheduler started by a test shares it)
 
     def token(self) -> str:
         body = json.dumps({"username": ADMIN_USER, "password": self.password}).encode()
@@ -249,10 +250,15 @@ def write_stream_state(settings: Settings, *, minutes: int = 20) -> None:
                     "processedRowsPerSecond": 40.0 if step < minutes else 90.0,
                     "durationMs": {"triggerExecution": 1800 + 10 * step},
                     "sources": [
-                        {"endOffset": {topic: {"0": 1000 * step}}, "latestOffset": {topic: {"0": 1000 * step + behind}}}
+                        {
+                            "endOffset": {topic: {"0": 1000 * step, "1": 500 * step}},
+                            "latestOffset": {topic: {"0": 1000 * step + behind, "1": 500 * step + 90}},
+                        }
                     ],
                 },
                 0,
+                # Partition 1's retention keeps 100 records, 90 of them unread: at risk.
+                retained={f"{topic}/0": 0, f"{topic}/1": 500 * step - 10},
             )
         )
         records.append(

@@ -611,6 +611,7 @@ def _query_view(progress: dict[str, Any]) -> dict[str, Any]:
         "input_rows_per_second",
         "processed_rows_per_second",
         "lag",
+        "retained",
         "state_rows",
         "state_memory_bytes",
         "state_files_bytes",

@@ -17,26 +17,36 @@ import json
 import logging
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from pyspark.sql.streaming import StreamingQueryListener
 
 from tidewater import phase_clock
+from tidewater.streaming.retention import RetentionWatch
 
 log = logging.getLogger(__name__)
 
 
 def summarize(
-    progress: dict[str, Any], late_total: int, held_total: int = 0, phases: dict[str, float] | None = None
+    progress: dict[str, Any],
+    late_total: int,
+    held_total: int = 0,
+    phases: dict[str, float] | None = None,
+    retained: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
-    """The fields a supervisor needs, from Spark's progress JSON (and the writer's ``phases`` of the batch)."""
+    """The fields a supervisor needs, from Spark's progress JSON (and the writer's ``phases`` of the batch,
+    and the first offset the broker retains of each partition, :mod:`tidewater.streaming.retention`)."""
     lag: dict[str, int] = {}
+    holds: dict[str, int] = {}
     for source in progress.get("sources", []):
         end, latest = _offsets(source.get("endOffset")), _offsets(source.get("latestOffset"))
         for key, value in latest.items():
             if key in end:
                 lag[key] = max(0, value - end[key])
+                if retained and key in retained:
+                    holds[key] = max(0, value - int(retained[key]))
     state = progress.get("stateOperators", [])
     dropped = sum(int(op.get("numRowsDroppedByWatermark", 0)) for op in state)
     # Events held out of a gold query for running ahead of the clock (tidewater.transforms.watermark_safe).
@@ -68,6 +78,9 @@ def summarize(
         "rows_held_ahead_of_clock": held,
         "rows_held_ahead_of_clock_total": held_total + held,
         "lag": lag,
+        # Per Kafka partition: the records the broker still holds (its end minus the first offset it
+        # retains, a minute old at most); lag against it is retained_share. Empty before the first look.
+        "retained": holds,
         # Where the trigger's time went: Spark's parts of it, and the writer's phases inside addBatch.
         "duration_ms": progress.get("durationMs") or {},
         "phases_ms": phases or {},
@@ -94,9 +107,19 @@ def _offsets(value: Any) -> dict[str, int]:
     return flat
 
 
+def retained_share(lag: int, retained: int) -> float | None:
+    """The unread share of what the broker retains of a partition: 0 caught up, 1 the oldest record it
+    holds is unread (the next deletion loses records); above 1, records were deleted unread. None when
+    the partition holds nothing and nothing is unread."""
+    if retained <= 0:
+        return None if lag <= 0 else float("inf")
+    return lag / retained
+
+
 class ProgressRecorder(StreamingQueryListener):
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, retention: RetentionWatch | None = None) -> None:
         self.directory = directory
+        self.retention = retention
         self.directory.mkdir(parents=True, exist_ok=True)
         self._late_totals: dict[str, int] = {}
         self._held_totals: dict[str, int] = {}
@@ -118,7 +141,8 @@ class ProgressRecorder(StreamingQueryListener):
         if not name:
             return
         phases = phase_clock.take(name, int(progress.get("batchId", -1)))
-        record = summarize(progress, self._late_totals.get(name, 0), self._held_totals.get(name, 0), phases)
+        retained = self.retention.snapshot()[0] if self.retention else None
+        record = summarize(progress, self._late_totals.get(name, 0), self._held_totals.get(name, 0), phases, retained)
         self._late_totals[name] = record["rows_dropped_by_watermark_total"]
         self._held_totals[name] = record["rows_held_ahead_of_clock_total"]
         if record["rows_held_ahead_of_clock"]:

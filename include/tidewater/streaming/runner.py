@@ -44,6 +44,7 @@ from tidewater.pipelines.base import Delivery, GoldTable, Pipeline, Source
 from tidewater.pipelines.layout import PipelineLayout
 from tidewater.streaming.checkpoint import Checkpoint, claim
 from tidewater.streaming.progress import ProgressRecorder
+from tidewater.streaming.retention import RetentionWatch
 from tidewater.streaming.stop_request import StopRequest, StopRequestWatch
 from tidewater.streaming.writers import BronzeSilverWriter, GoldWriter, SilverWriter
 
@@ -89,6 +90,7 @@ class PipelineStreams:
         self._restarts: dict[str, int] = {}
         self._publishers: list[BatchPublisher] = []
         self._listener: ProgressRecorder | None = None
+        self._retention: RetentionWatch | None = None
 
     # ---- set-up -----------------------------------------------------------------------------------
 
@@ -136,7 +138,9 @@ class PipelineStreams:
         self.spark = spark
         self.ensure_tables()
         if self._listener is None:
-            self._listener = ProgressRecorder(self.layout.progress_dir())
+            topics = [self.topic(source) for source in self.pipeline.sources]
+            self._retention = RetentionWatch(self.settings, topics).start()
+            self._listener = ProgressRecorder(self.layout.progress_dir(), self._retention)
             self.spark.streams.addListener(self._listener)
 
     def _claim(self, tier: Tier) -> Checkpoint:
@@ -356,6 +360,9 @@ class PipelineStreams:
         if self._listener is not None and self.spark is not None:
             self.spark.streams.removeListener(self._listener)
             self._listener = None
+        if self._retention is not None:
+            self._retention.stop()
+            self._retention = None
         for checkpoint in self.checkpoints.values():
             checkpoint.release()
         self.checkpoints.clear()

@@ -33,6 +33,7 @@ table { border-collapse: collapse; font-size: .9em; }
 th, td { border: 1px solid #d9e2ec; padding: .3em .6em; text-align: left; vertical-align: top; }
 th { background: #f0f4f8; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .ok { color: #05603a; font-weight: 600; } .failed { color: #b42318; font-weight: 600; } .muted { color: #7b8794; }
+.warn { color: #b42318; font-weight: 600; }
 .message { padding: .7em 1em; border-radius: 4px; margin: .8em 0; max-width: 70em; }
 .message.refused, .message.error { background: #fef3f2; border: 1px solid #fda29b; color: #7a271a; }
 .message.info { background: #f0f9ff; border: 1px solid #b9e6fe; }
@@ -189,13 +190,20 @@ _STREAMS = """{% extends "layout" %}{% block content %}
 {% endfor %}<span class="muted">runs <code>{{ control_dag }}</code></span></form>
 {% endif %}
 <table class="queries"><thead><tr><th>Query</th><th>Last batch</th><th>Rows/s in · processed</th><th>Duration</th>
-<th>Lag per partition</th><th>State</th><th>Watermark</th><th>Late rows</th></tr></thead><tbody>
+<th>Lag per partition (of what the broker retains)</th><th>State</th><th>Watermark</th><th>Late rows</th>
+</tr></thead><tbody>
 {% for q in s.queries %}
 <tr data-query="{{ q.query }}"><td>{{ q.query }}</td>
 <td>{{ q.batch_id }}<br><span class="muted">{{ q.batch_time | when }}</span></td>
 <td class="num">{{ q.input_rows_per_second | rate }} · {{ q.processed_rows_per_second | rate }}</td>
 <td class="num">{{ q.batch_duration_ms | millis }}</td>
-<td>{% for part, behind in (q.lag or {}).items() %}<code>{{ part }}</code> {{ behind }}<br>
+<td>{% for p in q.partitions %}<span class="partition {{ p.verdict | replace(' ', '-') }}"
+ data-partition="{{ p.partition }}"><code>{{ p.partition }}</code> {{ p.behind }}
+{%- if p.retained is not none %} <span class="muted">of {{ p.retained }} retained
+{%- if p.percent %} ({{ p.percent }} unread){% endif %}</span>
+{%- if p.verdict == "at risk" %} <strong class="warn">retention deletes unread records soon</strong>
+{%- elif p.verdict == "lost" %} <strong class="warn">records were deleted unread</strong>{% endif %}
+{%- endif %}</span><br>
 {% else %}<span class="muted">-</span>{% endfor %}</td>
 <td class="num">{{ q.state_rows or 0 }} rows<br>
 <span class="muted">{{ [q.state_memory_bytes or 0, q.state_files_bytes or 0] | max | size }}</span></td>

@@ -22,7 +22,7 @@ from tidewater.errors import ConfigError
 from tidewater.orchestration.supervisor import StreamControl
 from tidewater.pipelines import all_pipelines
 from tidewater.pipelines.layout import PipelineLayout
-from tidewater.streaming.progress import read_json_lines_tail, read_progress
+from tidewater.streaming.progress import read_json_lines_tail, read_progress, retained_share
 from tidewater.times import parse_time
 from tidewater.ui import charts
 from tidewater.ui.data import audit_pass_rate
@@ -88,13 +88,35 @@ def stream_views(
         tail = min(HISTORY_MAX_BYTES, int(HISTORY_BYTES_PER_HOUR * max(hours, 1.0)))
         history = progress_history(progress_dir / "progress.jsonl", since=since, tail_bytes=tail)
         last = {q: read_progress(progress_dir / f"{q}.json") or {} for q in control.queries}
-        queries = [{"query": q, **record} for q, record in last.items() if record]
+        queries = [{"query": q, **record, "partitions": partition_lag(record)} for q, record in last.items() if record]
         events = [e for e in control.events() if e.get("event") in LIFECYCLE_EVENTS][-EVENTS_SHOWN:]
         restarts = sum(1 for e in events if e.get("event") in ("died", "stalled"))
         of_pipeline = [a for a in audits if a.get("pipeline") == name]
         plots = chart_series(history, of_pipeline)
         views.append(StreamView(name, control.layout.namespace, health, queries, events[::-1], restarts, plots))
     return views
+
+
+# Unread share of what the broker retains from which a partition is shown at risk: the oldest records
+# it holds are next to be deleted, and a stream this far behind reads them last.
+AT_RISK_SHARE = 0.8
+
+
+def partition_lag(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per partition of a query's sources: records behind the broker's end, records the broker retains,
+    the unread share of those and a verdict (``ok``, ``at risk`` of retention deleting unread records,
+    ``lost``: records were deleted unread). Retention is unknown until the driver's first look."""
+    retained = record.get("retained") or {}
+    rows = []
+    for part, behind in (record.get("lag") or {}).items():
+        held = retained.get(part)
+        share = None if held is None else retained_share(int(behind), int(held))
+        verdict = "" if share is None else "lost" if share > 1 else "at risk" if share >= AT_RISK_SHARE else "ok"
+        percent = "" if share is None else "all" if share == float("inf") else f"{share:.0%}"
+        rows.append(
+            {"partition": part, "behind": int(behind), "retained": held, "percent": percent, "verdict": verdict}
+        )
+    return rows
 
 
 def progress_history(path: Path, *, since: float, tail_bytes: int = HISTORY_BYTES_PER_HOUR) -> list[dict[str, Any]]:
