@@ -378,7 +378,7 @@ def test_streams_page_shows_health_and_plots_and_stops_through_the_control_dag(
     assert f"{topic}/0 20" in bronze.text  # lag of each partition against the broker's end
     # ... and against what the broker retains: partition 1 has 90 of its 100 retained records unread.
     safe = css(driver, f"#stream-rsvps [data-partition='{topic}/0']")
-    assert "of 39020 retained (0% unread)" in safe.text and "partition ok" == safe.get_attribute("class")
+    assert "of 39020 retained (0% unread)" in safe.text and safe.get_attribute("class") == "partition ok"
     risky = css(driver, f"#stream-rsvps [data-partition='{topic}/1']")
     assert f"{topic}/1 90 of 100 retained (90% unread) retention deletes unread records soon" == risky.text
     assert "at-risk" in risky.get_attribute("class").split()
