@@ -70,7 +70,13 @@ def ui_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiServer]:
     env = {k: v for k, v in env.items() if k != "PYTEST_CURRENT_TEST"}
     airflow = str(Path(sys.executable).parent / "airflow")
     # One finished run of the audit-like DAG; every DAG of the folder in the database (the control DAG).
-    for args in (["db", "migrate"], ["dags", "test", AUDIT_DAG], ["dags", "reserialize"]):
+    # The supervising DAG paused: a scheduler a test starts must not launch streams from this state folder.
+    for args in (
+        ["db", "migrate"],
+        ["dags", "test", AUDIT_DAG],
+        ["dags", "reserialize"],
+        ["dags", "pause", "tidewater_supervise_streams"],
+    ):
         done = subprocess.run(
             [airflow, *args], env=env, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL
         )

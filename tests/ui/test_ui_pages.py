@@ -11,7 +11,11 @@
 - Streams: the page shows each stream's state (a driver that died, with its error and restart), its
   queries' last batch with the lag per partition, and plots of its progress history drawn on the
   server; its "stop" button creates a run of the real control DAG with the pipeline and action as
-  params. A screenshot of the page is kept in ``.test-artifacts/ui/``.
+  params; each partition's lag is also shown against what the broker retains. A screenshot of the page
+  is kept in ``.test-artifacts/ui/``.
+- Assets: with a real scheduler beside the api-server, an event on ``rsvps.gold.venue_response_counts``
+  runs ``examples/rsvps_gold_consumer.py`` (scheduled on ``rsvps.gold.*``), which reads the event's
+  extra; the run's page shows "Asset Triggered" and, on its Asset Events tab, the asset (screenshot).
 - Report files: only a pipeline's reports area is served (``..``, encoded ``..``, absolute paths,
   other lake folders and a symlink out of the lake are refused).
 """
@@ -457,8 +461,9 @@ def test_an_asset_event_on_gold_runs_a_users_dag_and_the_ui_shows_what_triggered
         assert answer.status in (200, 201), f"{method} {path}: {answer.status} {answer.text[:500]}"
         return json.loads(answer.text)
 
-    # Nothing else may run: the supervisor would launch real streams from this module's state folder.
-    api("/dags/tidewater_supervise_streams", "PATCH", {"is_paused": True})
+    # The fixture paused the supervisor: it would launch real streams from this module's state folder.
+    assert api("/dags/tidewater_supervise_streams")["is_paused"]
+    api("/dags/rsvps_gold_consumer", "PATCH", {"is_paused": False})  # a new DAG starts paused, as on a deployment
     table = "rsvps.gold.venue_response_counts"
     (asset,) = [a for a in api(f"/assets?name_pattern={table}")["assets"] if a["name"] == table]
     assert asset["uri"].endswith("/rsvps/gold/venue_response_counts")
@@ -470,7 +475,7 @@ def test_an_asset_event_on_gold_runs_a_users_dag_and_the_ui_shows_what_triggered
         runs = api("/dags/rsvps_gold_consumer/dagRuns")["dag_runs"]
         return runs[0] if runs and runs[0]["state"] in ("success", "failed") else None
 
-    deadline = time.monotonic() + 240
+    deadline = time.monotonic() + 180
     while (run := finished_run()) is None:
         assert time.monotonic() < deadline, "no finished run:\n" + airflow_scheduler.read_text()[-3000:]
         time.sleep(2)
@@ -485,7 +490,12 @@ def test_an_asset_event_on_gold_runs_a_users_dag_and_the_ui_shows_what_triggered
     sign_in(driver, ui_server, f"/dags/rsvps_gold_consumer/runs/{run['dag_run_id']}")
     from selenium.webdriver.support.ui import WebDriverWait
 
-    WebDriverWait(driver, WAIT_S).until(lambda d: table in d.find_element("tag name", "body").text)
-    print(driver.find_element("tag name", "body").text)
+    def body() -> str:
+        return str(driver.find_element("tag name", "body").text)
+
+    WebDriverWait(driver, WAIT_S).until(lambda d: "Run Type" in body())
+    assert "Asset Triggered" in body() and "what_changed" in body()
+    driver.find_element("link text", "Asset Events").click()  # the run's tab of its triggering events
+    WebDriverWait(driver, WAIT_S).until(lambda d: table in body())
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     assert driver.save_screenshot(str(ARTIFACTS / "asset-triggered-run.png"))
