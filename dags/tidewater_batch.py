@@ -84,6 +84,7 @@ for name, pipeline in sorted(all_pipelines().items()):
             task_id="recompute_silver",
             job="batch",
             job_args=planned["silver"],
+            inlets=tier_assets(settings, pipeline, "bronze"),  # lineage: bronze -> silver (no events)
             outlets=tier_assets(settings, pipeline, "silver"),
         )
         audit = TidewaterAuditOperator(task_id="audit_interval", job_args=planned["audit"], retries=0)
@@ -91,6 +92,7 @@ for name, pipeline in sorted(all_pipelines().items()):
             task_id="publish_gold",
             job="batch",
             job_args=planned["gold"],
+            inlets=tier_assets(settings, pipeline, "silver"),
             outlets=tier_assets(settings, pipeline, "gold"),
         )
         silver >> audit >> gate() >> gold

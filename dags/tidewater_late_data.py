@@ -54,6 +54,7 @@ with DAG(
             task_id=f"correct_{name}",
             job="batch",
             job_args=planned["correct"],
+            inlets=tier_assets(settings, pipeline, "silver"),  # lineage: silver -> gold (no events)
             outlets=tier_assets(settings, pipeline, "gold"),
         )
         correct >> TidewaterAuditOperator(task_id=f"audit_{name}", job_args=planned["audit"], retries=0)

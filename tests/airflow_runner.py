@@ -42,6 +42,7 @@ def integrity(dags_folder: Path) -> dict:
     sys.addaudithook(hook)
     dag_ids: dict[str, list[str]] = {}
     outlets: dict[str, dict[str, list[list[str]]]] = {}  # dag -> task -> [[kind, name, uri]]
+    inlets: dict[str, dict[str, list[list[str]]]] = {}
     import_errors: dict[str, str] = {}
     for path in sorted(dags_folder.glob("*.py")):
         watching = True
@@ -58,11 +59,18 @@ def integrity(dags_folder: Path) -> dict:
     for dag_id, dag in bag.dags.items():
         dag_ids[dag_id] = sorted(dag.task_ids)
         for task in dag.tasks:
-            if task.outlets:
-                described = [[type(o).__name__, o.name, getattr(o, "uri", "")] for o in task.outlets]
-                outlets.setdefault(dag_id, {})[task.task_id] = described
+            for declared, found in ((task.outlets, outlets), (task.inlets, inlets)):
+                if declared:
+                    described = [[type(o).__name__, o.name, getattr(o, "uri", "")] for o in declared]
+                    found.setdefault(dag_id, {})[task.task_id] = described
     import_errors.update({Path(k).name: v.splitlines()[-1] for k, v in bag.import_errors.items()})
-    return {"dags": dag_ids, "outlets": outlets, "import_errors": import_errors, "io_at_import": io_events}
+    return {
+        "dags": dag_ids,
+        "outlets": outlets,
+        "inlets": inlets,
+        "import_errors": import_errors,
+        "io_at_import": io_events,
+    }
 
 
 def run_dag_test(dags_folder: Path, dag_id: str, conf: dict, logical_date: str | None) -> dict:

@@ -58,14 +58,24 @@ def test_tasks_that_write_lake_tables_declare_them_as_assets(integrity: dict[str
     located as the declaration says (tidewater.orchestration.assets)."""
     from tidewater.pipelines.layout import PipelineLayout
 
-    outlets = integrity["outlets"]
+    outlets, inlets = integrity["outlets"], integrity["inlets"]
     for name, pipeline in sorted(all_pipelines().items()):
         layout = PipelineLayout.of(settings_module, pipeline)
-        silvers = [table for _, tier, table in pipeline.source_tables() if tier == "silver"]
-        silver = [["Asset", f"{name}.{t.replace('/', '.')}", layout.table_uri(t)] for t in silvers]
+
+        bronze, silver = (
+            [
+                ["Asset", f"{name}.{t.replace('/', '.')}", layout.table_uri(t)]
+                for _, of, t in pipeline.source_tables()
+                if of == tier
+            ]
+            for tier in ("bronze", "silver")
+        )
         gold = [["Asset", f"{name}.gold.{g.name}", layout.table_uri(f"gold/{g.name}")] for g in pipeline.gold]
         assert outlets[f"tidewater_batch_{name}"] == {"recompute_silver": silver, "publish_gold": gold}
         assert outlets["tidewater_correct_late_data"][f"correct_{name}"] == gold
+        # Inlets draw the lineage upstream (bronze -> silver -> gold); they emit no events.
+        assert inlets[f"tidewater_batch_{name}"] == {"recompute_silver": bronze, "publish_gold": silver}
+        assert inlets["tidewater_correct_late_data"][f"correct_{name}"] == silver
     assert outlets["tidewater_replay"] == {"replay": [["AssetAlias", "tidewater.replay", ""]]}
     assert set(outlets) == {"tidewater_correct_late_data", "tidewater_replay"} | {
         f"tidewater_batch_{name}" for name in all_pipelines()
