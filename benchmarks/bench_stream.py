@@ -12,6 +12,9 @@ prints for each pipeline the median and the spread (min-max) of:
    silver Delta commit that made it visible minus its Kafka timestamp (p50, p95), and per gold table the
    commit of the first gold micro-batch that read it (p95); events of the first ``--warmup-seconds``
    are produced but not counted (JIT and Python worker start-up); and the peak RSS at that rate.
+3. the batch path over the drained backlog: its hour's silver and gold recomputed from bronze by
+   ``tidewater batch recompute`` (the batch DAG's job), events/s in the job (its result line's seconds)
+   and with Spark's start-up, and its peak RSS (``--backlog 1000000`` for the 1M-event hour).
 
 Peak RSS is the job's whole process tree (JVM + Python driver + Python workers), summed; beside it the
 peak PSS, the same tree with each page its forked Python workers share counted once. ``--profile`` also
@@ -39,6 +42,7 @@ import os
 import platform
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -58,10 +62,11 @@ from tidewater.generator.events import GeneratorConfig
 from tidewater.generator.producer import ensure_topic, pipeline_topics, produce
 from tidewater.lake.storage import filesystem
 from tidewater.lake.tables import LakeTable
+from tidewater.orchestration.assets import job_result
 from tidewater.pipelines import all_pipelines, get_pipeline
 from tidewater.pipelines.base import Pipeline
 from tidewater.pipelines.layout import PipelineLayout
-from tidewater.processes import stop_process_group
+from tidewater.processes import spark_child_env, stop_process_group
 from tidewater.streaming.jobs import launch_stream_job
 from tidewater.times import parse_time
 
@@ -174,9 +179,9 @@ def create_topics(settings: Settings, pipeline: Pipeline) -> None:
         ensure_topic(settings, settings.topic(source.topic), 4)
 
 
-def preload(settings: Settings, pipeline: Pipeline, events: int, processes: int = 2) -> float:
+def preload(settings: Settings, pipeline: Pipeline, events: int, processes: int = 2) -> tuple[float, int]:
     """Fill the pipeline's topics with ``events`` sample events (plus their follow-ups) from several
-    producer processes; returns the seconds taken."""
+    producer processes; returns the seconds taken and the events' first time (ms; an hour ago)."""
     started = time.monotonic()
     share = events // processes
     start_ms = int(time.time() * 1000) - 3_600_000
@@ -190,7 +195,7 @@ def preload(settings: Settings, pipeline: Pipeline, events: int, processes: int 
         worker.join()
         if worker.exitcode != 0:
             raise SystemExit(f"producer process failed with exit code {worker.exitcode}")
-    return time.monotonic() - started
+    return time.monotonic() - started, start_ms
 
 
 def phase_settings(base: Settings, pipeline: Pipeline, phase: str, run: int, work: Path) -> Settings:
@@ -205,7 +210,7 @@ def measure_throughput(base: Settings, pipeline: Pipeline, backlog: int, run: in
     # below is taken between 20% and 90% of it, i.e. at steady state.
     settings = phase_settings(base, pipeline, "throughput", run, work).replace(max_offsets_per_trigger=100_000)
     create_topics(settings, pipeline)
-    produce_s = preload(settings, pipeline, backlog)
+    produce_s, events_from_ms = preload(settings, pipeline, backlog)
     records = produced_records(settings, pipeline)
     print(f"    backlog of {records:,} records produced in {produce_s:.1f} s", flush=True)
     log_path = work / f"{pipeline.name}-throughput-{run}.log"
@@ -232,6 +237,64 @@ def measure_throughput(base: Settings, pipeline: Pipeline, backlog: int, run: in
         "peak_pss_gb": sampler.peak_pss / 2**30,
         "executor_peak_rss_gb": sampler.executor_peak / 2**30,
         "progress": str(PipelineLayout.of(settings, pipeline).progress_dir() / "progress.jsonl"),
+        "records": records,
+        "events_from_ms": events_from_ms,
+    }
+
+
+def measure_recompute(
+    base: Settings, pipeline: Pipeline, run: int, work: Path, drained: dict[str, Any]
+) -> dict[str, Any]:
+    """The batch path over the drained backlog: silver and gold of its hour recomputed from bronze by
+    ``tidewater batch recompute`` (the batch DAG's job, local Spark), in the job (the result line's
+    ``seconds``: reading bronze to the last gold commit) and as a whole process (with Spark's start-up)."""
+    settings = phase_settings(base, pipeline, "throughput", run, work)
+    first = dt.datetime.fromtimestamp(drained["events_from_ms"] / 1000, dt.UTC)
+    start = first.replace(minute=0, second=0, microsecond=0)
+    end = start + dt.timedelta(hours=1 if first + dt.timedelta(minutes=5) < start + dt.timedelta(hours=1) else 2)
+    log_path = work / f"{pipeline.name}-recompute-{run}.log"
+    command = [
+        str(Path(sys.executable).with_name("tidewater")),
+        "batch",
+        "recompute",
+        "--pipeline",
+        pipeline.name,
+        "--start",
+        start.isoformat(),
+        "--end",
+        end.isoformat(),
+        "--run-id",
+        f"bench-{run}",
+    ]
+    began = time.monotonic()
+    with open(log_path, "wb") as log:
+        job = subprocess.Popen(
+            command,
+            env={**os.environ, **settings.to_env(), **spark_child_env()},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    sampler = MemorySampler(job.pid, WORKER_SID)
+    sampler.start()
+    try:
+        code = job.wait(timeout=1800)
+    finally:
+        sampler.stopped.set()
+        stop_process_group(job, timeout_s=10)
+    wall = time.monotonic() - began
+    result = job_result(log_path.read_text(errors="replace").splitlines())
+    if code != 0 or result is None:
+        raise SystemExit(f"recompute exited {code}: see {log_path}")
+    records = int(drained["records"])
+    return {
+        "events_per_s": records / max(float(result["seconds"]), 1e-9),
+        "wall_events_per_s": records / wall,
+        "records": records,
+        "seconds": float(result["seconds"]),
+        "wall_seconds": wall,
+        "peak_rss_gb": sampler.peak / 2**30,
+        "peak_pss_gb": sampler.peak_pss / 2**30,
     }
 
 
@@ -399,6 +462,7 @@ TARGETS = {
     "gold_p95_s": "<= 8 s",
     "drain_rss_gb": "<= 2 GB",
     "latency_rss_gb": "<= 1.5 GB",
+    "recompute_events_per_s": ">= 300,000",
 }
 
 
@@ -417,6 +481,7 @@ def attempt(figures: dict[str, Any], measure: str, run: Callable[[], dict[str, A
 def summarize_runs(pipeline: str, runs: list[dict[str, Any]]) -> list[str]:
     throughput = [r["throughput"] for r in runs if "throughput" in r]
     latency = [r["latency"] for r in runs if "latency" in r]
+    recompute = [r["recompute"] for r in runs if "recompute" in r]
     lines = [f"{pipeline} ({len(runs)} run(s); median [min-max]):"]
     lines += [f"  FAILED {failure}" for r in runs for failure in r.get("failed", [])]
     if throughput:
@@ -428,6 +493,14 @@ def summarize_runs(pipeline: str, runs: list[dict[str, Any]]) -> list[str]:
             f"  peak RSS draining: {spread([t['peak_rss_gb'] for t in throughput], ' GB', 2)}"
             f" (target {TARGETS['drain_rss_gb']}), PSS {spread([t['peak_pss_gb'] for t in throughput], ' GB', 2)}"
             + _executors([t["executor_peak_rss_gb"] for t in throughput])
+        )
+    if recompute:
+        lines.append(
+            f"  batch recompute of the backlog's hour (silver and gold from bronze): "
+            f"{spread([b['events_per_s'] for b in recompute], ' events/s')} in the job, "
+            f"{spread([b['wall_events_per_s'] for b in recompute], ' events/s')} with Spark's start"
+            f" (target {TARGETS['recompute_events_per_s']}); "
+            f"peak RSS {spread([b['peak_rss_gb'] for b in recompute], ' GB', 2)}"
         )
     if latency:
         lines.append(
@@ -526,6 +599,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--skip-latency", action="store_true")
     parser.add_argument(
+        "--skip-recompute", action="store_true", help="skip the batch recompute of the drained backlog's hour"
+    )
+    parser.add_argument(
         "--profile",
         nargs="?",
         const=str(DEFAULT_PROFILE),
@@ -573,6 +649,17 @@ def main(argv: list[str] | None = None) -> int:
                             f" (PSS {t['peak_pss_gb']:.2f} GB)",
                             flush=True,
                         )
+                    if t and not args.skip_recompute:
+                        print(f"{name} run {run}: batch recompute of that backlog's hour from bronze", flush=True)
+                        b = attempt(figures, "recompute", partial(measure_recompute, base, pipeline, run, work, t))
+                        if b:
+                            print(
+                                f"    {b['events_per_s']:,.0f} events/s in the job ({b['seconds']:.1f} s), "
+                                f"{b['wall_events_per_s']:,.0f} events/s with Spark's start "
+                                f"({b['wall_seconds']:.1f} s); "
+                                f"peak RSS {b['peak_rss_gb']:.2f} GB",
+                                flush=True,
+                            )
                 if not args.skip_latency:
                     print(
                         f"{name} run {run}: latency, {args.rate:g} events/s for {args.warmup_seconds:g} s warm-up"
