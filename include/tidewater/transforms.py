@@ -96,6 +96,10 @@ def parse_payload(
         "ingest_time",
         "_strict_error",
         F.from_json(text, with_corrupt, {"columnNameOfCorruptRecord": CORRUPT_FIELD}).alias("p"),
+        # Nondeterministic, so Spark pushes no filter on the parsed fields (silver's "no error") below
+        # this projection: it would inline the parse into the filter once per field it reads (25 JSON
+        # parses of every record for rsvps, and the strict check twice; test_hostile_records checks the plan).
+        F.spark_partition_id().alias("_parse_barrier"),
     ).withColumn("_bad_json", F.expr(f"p.`{CORRUPT_FIELD}` IS NOT NULL AND {nothing_parsed}"))
     typed = parsed.select(
         *flatten,
@@ -104,12 +108,15 @@ def parse_payload(
         "_raw_key",
         "_bad_json",
         "_strict_error",
+        "_parse_barrier",
     )
-    reason: Column = F.when(F.col("_strict_error").isNotNull(), F.col("_strict_error"))
+    # The barrier is read here (a partition id is never negative) so the optimizer keeps it.
+    reason: Column = F.when(F.col("_parse_barrier") < 0, F.lit("unreachable"))
+    reason = reason.when(F.col("_strict_error").isNotNull(), F.col("_strict_error"))
     reason = reason.when(F.col("_bad_json"), F.lit("malformed JSON"))
     for rule in rules:
         reason = reason.when(~F.coalesce(F.expr(rule.check), F.lit(False)), F.lit(rule.reason))
-    return typed.withColumn(ERROR_COLUMN, reason).drop("_bad_json", "_strict_error")
+    return typed.withColumn(ERROR_COLUMN, reason).drop("_bad_json", "_strict_error", "_parse_barrier")
 
 
 def valid_rows(parsed: DataFrame, columns: Sequence[str]) -> DataFrame:

@@ -252,6 +252,23 @@ def test_a_pipeline_may_opt_into_lenient_parsing(spark) -> None:
     assert parsed[1]["response"] == "no"  # Spark keeps the last of duplicate keys
 
 
+def test_parse_plan_reads_each_payload_once_under_a_filter(spark) -> None:
+    """The batch path filters parsed rows (silver: no error). Spark must not push that filter below
+    the JSON parse: it would inline the parse once per field the rules read (25 parses of every rsvps
+    record) and run the strict check twice, 3x slower recomputes (tidewater.transforms.parse_payload)."""
+    from tidewater import transforms
+
+    items = valid_events(20, seed=13)
+    bronze = transforms.to_bronze(spark.createDataFrame(pa.Table.from_batches([kafka_batch(items)])))
+    source = RSVPS.source()
+    for rows in (source.silver(source.parse(bronze)), source.quarantine(source.parse(bronze))):
+        plan = rows._jdf.queryExecution().executedPlan().toString()
+        assert plan.count("from_json(") == 1, plan
+        assert plan.count("ArrowEvalPython") == 1, plan
+    silver, quarantine = source.silver(source.parse(bronze)).count(), source.quarantine(source.parse(bronze)).count()
+    assert silver + quarantine == len(items) and silver > 0
+
+
 def test_a_recompute_keeps_the_copy_the_stream_kept(spark, tmp_path: Path) -> None:
     """First arrival wins in the batch recompute too: a conflicting copy processed later, on a lower
     partition, with its event time on the previous day, neither replaces nor duplicates the original."""

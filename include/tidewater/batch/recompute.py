@@ -33,6 +33,7 @@ reconciles the closed window with silver.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ from typing import Any
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
+from tidewater import phase_clock
 from tidewater.batch import sources
 from tidewater.batch.gold_diff import reconcile_recompute
 from tidewater.batch.interval import Interval
@@ -57,6 +59,8 @@ from tidewater.lake.reads import read_table
 from tidewater.pipelines.base import GoldTable, Pipeline, Source
 from tidewater.pipelines.layout import PipelineLayout
 from tidewater.times import iso, parse_duration
+
+log = logging.getLogger(__name__)
 
 SILVER, GOLD = "silver", "gold"
 LAYERS = (SILVER, GOLD)
@@ -206,33 +210,55 @@ def rebuild(spark: SparkSession, plan: Rebuild) -> BatchResult:
     tables: dict[str, TableOutcome] = {}
     fed: dict[str, DataFrame] = {}  # each source's silver rows as the source yields them (sandbox gold reads these)
     closed = None
+    clock = f"{plan.mode} {pipeline.name} {plan.run_id}"
     try:
-        if writes_silver:
-            for source in pipeline.sources:
-                name = pipeline.table_of(source, SILVER)
+        with phase_clock.batch(clock, 0):
+            closed, ledger_entries, ledger_version = _rebuild_tables(spark, plan, meta, tables, fed)
+    finally:
+        for frame in fed.values():
+            frame.unpersist()
+    phases = phase_clock.take(clock, 0) or {}
+    log.info("%s: %s", clock, ", ".join(f"{name} {ms / 1000:.1f} s" for name, ms in phases.items()))
+    return _result(plan, tables, closed, ledger_entries, ledger_version, began, phases)
+
+
+def _rebuild_tables(
+    spark: SparkSession,
+    plan: Rebuild,
+    meta: dict[str, str],
+    tables: dict[str, TableOutcome],
+    fed: dict[str, DataFrame],
+) -> tuple[dt.datetime | None, int, int | None]:
+    """The work of :func:`rebuild`, each table a phase: fills ``tables`` and ``fed``; (closed before,
+    ledger entries, ledger version)."""
+    pipeline, target = plan.pipeline, plan.target
+    closed = None
+    if SILVER in plan.layers:
+        for source in pipeline.sources:
+            name = pipeline.table_of(source, SILVER)
+            with phase_clock.phase(name):
                 tables[name], fed[source.name] = _rebuild_silver(spark, plan, source, meta)
-        if not writes_gold:
-            return _result(plan, tables, closed, 0, None, began)
-        # What Spark's watermarks would follow: the latest event time the target or the source has seen.
+    if GOLD not in plan.layers:
+        return closed, 0, None
+    # What Spark's watermarks would follow: the latest event time the target or the source has seen.
+    with phase_clock.phase("event time highs"):
         highs = sources.silver_highs(spark, target)
         for source_name, frame in fed.items():
             seen = (highs[source_name], sources.max_of(frame, pipeline.source(source_name).event_time))
             highs[source_name] = max((h for h in seen if h is not None), default=None)
-        ledger = Ledger(target.ledger_uri(), lock=target.ledger_lock())
-        at = dt.datetime.now(dt.UTC)
-        ledger_entries, ledger_version = 0, None
-        for gold in pipeline.gold:
-            inputs = pipeline.inputs(gold)
-            gold_closed, high = gold_closed_before(inputs, highs)
-            closed = min((c for c in (closed, gold_closed) if c is not None), default=None)
+    ledger = Ledger(target.ledger_uri(), lock=target.ledger_lock())
+    at = dt.datetime.now(dt.UTC)
+    ledger_entries, ledger_version = 0, None
+    for gold in pipeline.gold:
+        inputs = pipeline.inputs(gold)
+        gold_closed, high = gold_closed_before(inputs, highs)
+        closed = min((c for c in (closed, gold_closed) if c is not None), default=None)
+        with phase_clock.phase(f"gold/{gold.name}"):
             outcome, version = _rebuild_gold(spark, plan, gold, fed, gold_closed, high, ledger, meta, at)
-            tables[f"gold/{gold.name}"] = outcome
-            ledger_entries += outcome.ledger_entries
-            ledger_version = version if version is not None else ledger_version
-    finally:
-        for frame in fed.values():
-            frame.unpersist()
-    return _result(plan, tables, closed, ledger_entries, ledger_version, began)
+        tables[f"gold/{gold.name}"] = outcome
+        ledger_entries += outcome.ledger_entries
+        ledger_version = version if version is not None else ledger_version
+    return closed, ledger_entries, ledger_version
 
 
 def _rebuild_silver(
@@ -255,7 +281,10 @@ def _rebuild_silver(
             outside = held.where(~Selection(source.event_time, plan.interval).column())
             fresh = fresh.join(outside.select(source.key), on=source.key, how="left_anti")
         fresh = fresh.orderBy(source.partition_column, source.event_time, source.key)
-        result = target.table(name).replace_where(fresh.toArrow(), selection.sql(), metadata=meta)
+        with phase_clock.phase("rows to driver"):  # bronze read, parse, de-duplication, sort: one Spark job
+            arrow = fresh.toArrow()
+        with phase_clock.phase("replace"):
+            result = target.table(name).replace_where(arrow, selection.sql(), metadata=meta)
     return TableOutcome.of(result), rows
 
 
@@ -266,6 +295,7 @@ def _result(
     ledger_entries: int,
     ledger_version: int | None,
     began: float,
+    phases: dict[str, float] | None = None,
 ) -> BatchResult:
     return BatchResult(
         mode=plan.mode,
@@ -280,6 +310,7 @@ def _result(
         ledger_entries=ledger_entries,
         ledger_version=ledger_version,
         seconds=round(time.monotonic() - began, 3),
+        phases_ms=phases or {},
     )
 
 
@@ -351,9 +382,11 @@ def _rebuild_gold(
     # the rows we compare against and the rows we replace.
     with target.lock(name).hold(plan.purpose):
         rows, events = interval_gold(gold, read, windows, closed, high=high)
-        new = rows.toArrow()
-        old = sources.gold_for(spark, table, windows)
-        reconciled = reconcile_recompute(old, new, gold.keys, span=gold.span)
+        with phase_clock.phase("rows to driver"):  # silver read and the windows' aggregation
+            new = rows.toArrow()
+        with phase_clock.phase("reconcile"):
+            old = sources.gold_for(spark, table, windows)
+            reconciled = reconcile_recompute(old, new, gold.keys, span=gold.span)
         entries = []
         version = None
         if reconciled.changes:
@@ -361,5 +394,6 @@ def _rebuild_gold(
             entries = entries_for(name, reconciled.changes, late, run_id=plan.run_id, mode=plan.mode, at=at)
             recorded = ledger.record(spark, entries, metadata=meta)
             version = None if recorded is None else recorded.version
-        result = table.replace_where(reconciled.rows, windows.sql(), metadata=meta)
+        with phase_clock.phase("replace"):
+            result = table.replace_where(reconciled.rows, windows.sql(), metadata=meta)
     return TableOutcome.of(result, ledger_entries=len(entries)), version

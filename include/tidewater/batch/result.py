@@ -41,6 +41,8 @@ class BatchResult:
     ledger_entries: int = 0
     ledger_version: int | None = None
     seconds: float = 0.0
+    # Where those seconds went, per phase (tidewater.phase_clock): ``silver rsvps/rows to driver``, ...
+    phases_ms: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
