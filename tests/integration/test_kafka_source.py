@@ -122,6 +122,8 @@ def test_end_offsets_are_the_true_end_not_list_offsets(broker: EmbeddedBroker, m
     try:
         assert client.end_offsets(topic, [0, 1, 2]) == truth
         assert client.earliest_offsets(topic, [0, 1, 2]) == {0: 0, 1: 0, 2: 0}
+        # A ListOffsets(earliest) answer above what the broker serves is corrected by a fetch from 0.
+        assert client.first_readable(topic, 1, 7) == 0 and client.first_readable(topic, 1, 0) == 0
         assert client.partitions(topic) == [0, 1, 2]
     finally:
         client.close()

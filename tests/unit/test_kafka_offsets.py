@@ -41,6 +41,10 @@ class FakePartitionClient:
     def __init__(self, topics: dict[str, dict[int, tuple[int, int]]]) -> None:
         self.topics = topics
         self.closed = False
+        # (topic, partition) -> the first offset really served, where ListOffsets(earliest) says more
+        # (the embedded broker has done so: see KafkaPythonClient.first_readable).
+        self.served_from: dict[tuple[str, int], int] = {}
+        self.verified = 0
 
     def partitions(self, topic: str) -> list[int]:
         if topic not in self.topics:
@@ -49,6 +53,10 @@ class FakePartitionClient:
 
     def earliest_offsets(self, topic: str, partitions: list[int]) -> dict[int, int]:
         return {p: self.topics[topic][p][0] for p in partitions}
+
+    def first_readable(self, topic: str, partition: int, reported: int) -> int:
+        self.verified += 1
+        return min(reported, self.served_from.get((topic, partition), reported))
 
     def end_offsets(self, topic: str, partitions: list[int]) -> dict[int, int]:
         return {p: self.topics[topic][p][1] for p in partitions}
@@ -267,6 +275,21 @@ def test_check_retained_reports_a_vanished_partition(fake: FakePartitionClient) 
     with pytest.raises(DataLossError) as info:
         planner().check_retained({"orders": {"0": 0, "7": 3}}, {"orders": {"0": 100}})
     assert_one_line(info.value, "orders/7", "gone")
+
+
+def test_an_earliest_offset_the_broker_misreports_loses_and_refuses_nothing(fake: FakePartitionClient) -> None:
+    """orders/1: ListOffsets(earliest) says 10, but the broker still serves from 0 (tansu did, with two
+    producers). A new stream starts at 0, not 10; a stream at 4 is not told offsets 4..9 were deleted.
+    A true loss (served from 10) is still refused; a check that finds nothing missing asks no fetch."""
+    fake.served_from[("orders", 1)] = 0
+    assert planner().resolve("earliest", what="startingOffsets", default=-2)["orders"]["1"] == 0
+    planner().check_retained({"orders": {"0": 0, "1": 4, "2": 0}}, {"orders": {"0": 100, "1": 50, "2": 0}})
+    fake.served_from[("orders", 1)] = 10
+    with pytest.raises(DataLossError):
+        planner().check_retained({"orders": {"0": 0, "1": 4, "2": 0}}, {"orders": {"0": 100, "1": 50, "2": 0}})
+    before = fake.verified
+    planner().check_retained({"orders": {"0": 0, "1": 10, "2": 0}}, {"orders": {"0": 100, "1": 50, "2": 0}})
+    assert fake.verified == before
 
 
 def test_fail_on_data_loss_false_suppresses_the_check(fake: FakePartitionClient) -> None:

@@ -162,6 +162,8 @@ class PartitionClient(Protocol):
 
     def earliest_offsets(self, topic: str, partitions: list[int]) -> dict[int, int]: ...
 
+    def first_readable(self, topic: str, partition: int, reported: int) -> int: ...
+
     def end_offsets(self, topic: str, partitions: list[int]) -> dict[int, int]: ...
 
     def offset_for_timestamp(self, topic: str, partition: int, timestamp_ms: int) -> int: ...
@@ -275,6 +277,24 @@ class KafkaPythonClient:
 
         found = self._probe.beginning_offsets([TopicPartition(topic, p) for p in partitions])
         return {tp.partition: int(offset) for tp, offset in found.items()}
+
+    def first_readable(self, topic: str, partition: int, reported: int) -> int:
+        """The first offset the broker serves at or below ``reported`` (its ListOffsets(earliest)).
+
+        The embedded broker (tansu) has answered ListOffsets(earliest) with 145 for a partition whose
+        offsets 0..144 it still served (two producers writing at once): trusted, a new stream would skip
+        them, and a running one would be told they were deleted. So a fetch from 0 decides; on a broker
+        whose retention did delete them the fetch is out of range and ``reported`` stands."""
+        from kafka import TopicPartition
+        from kafka.errors import OffsetOutOfRangeError
+
+        if reported <= 0:
+            return reported
+        try:
+            record = self._record_at(TopicPartition(topic, partition), 0, reported)
+        except OffsetOutOfRangeError:
+            return reported
+        return reported if record is None else min(reported, int(record.offset))
 
     def end_offsets(self, topic: str, partitions: list[int]) -> dict[int, int]:
         from kafka import TopicPartition

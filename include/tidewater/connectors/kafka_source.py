@@ -160,14 +160,20 @@ class _KafkaPlanner:
             },
         )
 
-    def earliest_offsets(self) -> Offsets:
-        return self._retrying(
-            "earliest offsets",
-            lambda: {
-                topic: {str(p): o for p, o in self.client.earliest_offsets(topic, parts).items()}
-                for topic, parts in self.partitions_of().items()
-            },
-        )
+    def earliest_offsets(self, *, verified: bool = False) -> Offsets:
+        """The broker's first retained offset per partition; ``verified``: confirmed by a fetch
+        (:meth:`KafkaPythonClient.first_readable`), where a wrong answer would skip or refuse records."""
+
+        def ask() -> Offsets:
+            out: Offsets = {}
+            for topic, parts in self.partitions_of().items():
+                first = self.client.earliest_offsets(topic, parts)
+                if verified:
+                    first = {p: self.client.first_readable(topic, p, o) for p, o in first.items()}
+                out[topic] = {str(p): o for p, o in first.items()}
+            return out
+
+        return self._retrying("earliest offsets", ask)
 
     def _retrying(self, what: str, request: Callable[[], T]) -> T:
         """``request()``, retried with a fresh client while the broker is unreachable (up to
@@ -196,7 +202,7 @@ class _KafkaPlanner:
     def resolve(self, spec: str, *, what: str, default: int) -> Offsets:
         """Turn earliest/latest/JSON (with -2/-1 per partition) into concrete offsets."""
         explicit = _parse_offset_spec(spec, what)
-        earliest = self.earliest_offsets()
+        earliest = self.earliest_offsets(verified=True)
         latest = self.end_offsets()
         if explicit is None:
             return latest if spec == "latest" else earliest
@@ -227,6 +233,8 @@ class _KafkaPlanner:
         if not self.options.fail_on_data_loss:
             return
         earliest = self.earliest_offsets()
+        if any(o < earliest.get(t, {}).get(p, o) for t, parts in start.items() for p, o in parts.items()):
+            earliest = self.earliest_offsets(verified=True)  # before calling records lost: a fetch decides
         for topic, parts in start.items():
             for p, offset in parts.items():
                 first = earliest.get(topic, {}).get(p)
