@@ -295,6 +295,7 @@ def measure_recompute(
         "wall_seconds": wall,
         "peak_rss_gb": sampler.peak / 2**30,
         "peak_pss_gb": sampler.peak_pss / 2**30,
+        "phases_s": {name: round(ms / 1000, 1) for name, ms in (result.get("phases_ms") or {}).items()},
     }
 
 
@@ -660,6 +661,7 @@ def main(argv: list[str] | None = None) -> int:
                                 f"peak RSS {b['peak_rss_gb']:.2f} GB",
                                 flush=True,
                             )
+                            print("    phases: " + ", ".join(f"{k} {v} s" for k, v in b["phases_s"].items()))
                 if not args.skip_latency:
                     print(
                         f"{name} run {run}: latency, {args.rate:g} events/s for {args.warmup_seconds:g} s warm-up"
