@@ -97,8 +97,8 @@ def parse_payload(
         "_strict_error",
         F.from_json(text, with_corrupt, {"columnNameOfCorruptRecord": CORRUPT_FIELD}).alias("p"),
         # Nondeterministic, so Spark pushes no filter on the parsed fields (silver's "no error") below
-        # this projection: it would inline the parse into the filter once per field it reads (25 JSON
-        # parses of every record for rsvps, and the strict check twice; test_hostile_records checks the plan).
+        # this projection: it would inline the parse into the filter once per field it reads (27
+        # from_json in rsvps's plan, and the strict check twice; test_hostile_records checks the plan).
         F.spark_partition_id().alias("_parse_barrier"),
     ).withColumn("_bad_json", F.expr(f"p.`{CORRUPT_FIELD}` IS NOT NULL AND {nothing_parsed}"))
     typed = parsed.select(
