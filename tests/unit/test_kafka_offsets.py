@@ -480,3 +480,18 @@ def test_transient_errors_are_told_apart() -> None:
     assert transient_broker_error(BrokerUnreachableError("no fetch response"))
     assert transient_broker_error(UnknownTopicOrPartitionError())  # retriable in kafka-python (metadata lag)
     assert not transient_broker_error(DataLossError("gone")) and not transient_broker_error(ValueError("x"))
+
+
+def test_resume_from_latest_also_skips_batch_zero_when_spark_re_runs_it(fake: FakePartitionClient) -> None:
+    """A job killed inside batch 0 and resumed (at-most-once): Spark asks initialOffset for batch 0's start
+    and re-runs batch 0; neither it nor anything sent while the job was down is read."""
+    reader = KafkaStreamReader(KafkaSourceOptions.parse({**BASE, "resumeFrom": "latest"}))
+    start = reader.initialOffset()
+    batch_zero: Offsets = {"orders": {"0": 40, "1": 20, "2": 0}}  # as the checkpoint's offsets log holds it
+    fake.topics["orders"][0] = (0, 160)  # sent while the job was down
+    assert reader.partitions(start, batch_zero) == []
+    following = reader.latestOffset(batch_zero, ReadAllAvailable())
+    assert reader.partitions(batch_zero, following) == []  # 40..159 arrived while down: skipped
+    fake.topics["orders"][0] = (0, 170)  # sent after the resume: read
+    after = reader.latestOffset(following, ReadAllAvailable())
+    assert [(r.partition, r.start, r.end) for r in reader.partitions(following, after)] == [(0, 160, 170)]

@@ -15,9 +15,10 @@ Options (all strings, as Spark passes them):
   maxOffsetsPerTrigger      row cap per micro-batch (ignored by Trigger.AvailableNow's final target)
   failOnDataLoss            true (default): fail when offsets the query needs are gone
   maxRecordsPerPartition    split large offset ranges into Spark partitions of at most this size
-  resumeFrom                checkpoint (default) | latest: a query resumed from a checkpoint starts at
+  resumeFrom                checkpoint (default) | latest: this run resumes a checkpoint and starts at
                             the topics' latest offsets, skipping (and logging) what it did not read;
-                            at-most-once delivery (see tidewater.pipelines.base.Delivery)
+                            at-most-once delivery (see tidewater.pipelines.base.Delivery). Set it only
+                            when resuming: the caller knows whether the checkpoint has offsets.
 """
 
 from __future__ import annotations
@@ -321,27 +322,25 @@ def floor_offsets(start: Offsets, floor: Offsets) -> tuple[Offsets, dict[str, in
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """The streaming reader. Spark calls :meth:`initialOffset` only for a query without a checkpoint;
-    a reader that plans a batch without that call is resuming one, which is what ``resumeFrom=latest``
-    (at-most-once) keys on: the first batch it plans starts no earlier than the offsets that were
-    latest at that moment, including the batch Spark re-runs after a crash."""
+    """The streaming reader. With ``resumeFrom=latest`` (at-most-once, given only to a run that resumes
+    a checkpoint) every batch it plans starts no earlier than the offsets that were latest when it
+    first planned, including the batch Spark re-runs after a crash. Whether :meth:`initialOffset` was
+    called says nothing here: Spark also asks it for the start of batch 0 when it re-runs batch 0."""
 
     def __init__(self, options: KafkaSourceOptions) -> None:
         self.options = options
         self.planner = _KafkaPlanner(options, retry_seconds=BROKER_RETRY_SECONDS)
         self._target: Offsets | None = None
-        self._fresh = False  # initialOffset was called: this run starts a new checkpoint
         self._floor: Offsets | None = None  # resumeFrom=latest: where this run's reading begins
         # The broker's end offsets that latestOffset just read: Spark asks for them again at once
         # (reportLatestOffset, for the progress's lag), which would cost two more broker requests.
         self._available: Offsets | None = None
 
     def initialOffset(self) -> dict:
-        self._fresh = True
         return self.planner.starting_offsets()
 
     def _resume_floor(self) -> Offsets | None:
-        if not self.options.resume_from_latest or self._fresh:
+        if not self.options.resume_from_latest:
             return None
         if self._floor is None:
             self._floor = self.planner.end_offsets()

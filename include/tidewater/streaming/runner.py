@@ -198,7 +198,9 @@ class PipelineStreams:
             bronze = self.spark.readStream.format("tidewater-delta").load(tier.source)
             return bronze.writeStream.foreachBatch(silver_writer())
         options = source_options(self.settings, self.topic(source))
-        if pipeline.delivery is Delivery.AT_MOST_ONCE:  # a resumed query never re-reads: see Delivery
+        offsets_log = checkpoint.path / "offsets"
+        resuming = offsets_log.is_dir() and any(offsets_log.iterdir())
+        if pipeline.delivery is Delivery.AT_MOST_ONCE and resuming:  # never re-reads: see Delivery
             options["resumeFrom"] = "latest"
         kafka = self.spark.readStream.format("tidewater-kafka").options(**options).load()
         if self.settings.silver_query:  # decoupled tiers: silver polls the bronze table itself
