@@ -209,7 +209,6 @@ def rebuild(spark: SparkSession, plan: Rebuild) -> BatchResult:
     )
     tables: dict[str, TableOutcome] = {}
     fed: dict[str, DataFrame] = {}  # each source's silver rows as the source yields them (sandbox gold reads these)
-    closed = None
     clock = f"{plan.mode} {pipeline.name} {plan.run_id}"
     try:
         with phase_clock.batch(clock, 0):

@@ -3,8 +3,10 @@
 Lag against the broker's end says how far behind a stream is; lag against what the broker *retains*
 says how soon that turns into loss: once retention deletes records the stream has not read, they are
 gone from Kafka (the source refuses, or with failOnDataLoss=false skips them). The progress records
-carry both (``lag`` and ``retained_from``), and the streams page shows the unread share of each
-partition's retained log.
+carry both (``lag``, and ``retained``: the records each partition still holds), and the streams page
+shows the unread share of each partition's retained log. The first offset is the one a fetch confirms
+(:meth:`KafkaPythonClient.first_readable`, the Kafka source's rule too): a broker that misreports it
+would otherwise have the page say records were deleted unread.
 
 The broker is asked from a daemon thread once a minute, never from Spark's listener thread: a slow or
 unreachable broker must not delay the heartbeat files the supervisor judges the driver by.
@@ -57,7 +59,8 @@ class RetentionWatch:
         first: dict[str, int] = {}
         for topic in self._topics:
             partitions = client.partitions(topic)
-            first |= {f"{topic}/{p}": o for p, o in client.earliest_offsets(topic, partitions).items()}
+            reported = client.earliest_offsets(topic, partitions)
+            first |= {f"{topic}/{p}": client.first_readable(topic, p, o) for p, o in reported.items()}
         with self._lock:
             self._first, self._looked_at = first, time.time()
 
