@@ -22,7 +22,11 @@ from functools import lru_cache
 from typing import Annotated, Any
 
 import msgspec
+import pyarrow as pa
 
+# The column that carries each payload's reason beside its record, where the check runs before Spark's
+# parse (the Kafka source's ``payloadContract`` option; see tidewater.transforms.parse_payload).
+REASON_COLUMN = "_strict_error"
 INT64 = msgspec.Meta(ge=-(2**63), le=2**63 - 1)
 MAX_REASON = 200
 
@@ -106,6 +110,11 @@ def violation(raw: bytes | None, schema_json: str) -> str | None:
     except ValueError as exc:
         return _short(f"malformed JSON: {exc}")
     return None
+
+
+def reasons(payloads: pa.Array | pa.ChunkedArray, schema_json: str) -> pa.Array:
+    """:func:`violation` of every payload of an Arrow column (binary), as a string column."""
+    return pa.array([violation(v, schema_json) for v in payloads.to_pylist()], pa.string())
 
 
 def _surely_no_duplicate_keys(raw: bytes) -> bool:

@@ -23,6 +23,8 @@ CORRUPT_FIELD = "_corrupt_record"
 
 # Lineage every silver row carries back to its bronze record.
 LINEAGE_COLUMNS = ("kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp", "ingest_time")
+# A record's strict-contract reason, where the reader checked it (see parse_payload).
+STRICT_ERROR_COLUMN = strict_json.REASON_COLUMN
 
 
 @dataclass(frozen=True)
@@ -35,7 +37,9 @@ class Rule:
 
 
 def to_bronze(kafka_records: DataFrame) -> DataFrame:
-    """Kafka records as bronze rows: everything kept, plus when and on which day they arrived."""
+    """Kafka records as bronze rows: everything kept, plus when and on which day they arrived (and the
+    payload's strict-contract reason where the source checked it: for silver, not a bronze column)."""
+    checked = [STRICT_ERROR_COLUMN] if STRICT_ERROR_COLUMN in kafka_records.columns else []
     return kafka_records.select(
         "key",
         "value",
@@ -48,6 +52,7 @@ def to_bronze(kafka_records: DataFrame) -> DataFrame:
         F.current_timestamp().alias("ingest_time"),
         # A record whose Kafka timestamp no reader can hold has none (null): it still gets a date.
         F.to_date(F.coalesce("timestamp", F.current_timestamp())).alias("ingest_date"),
+        *checked,
     )
 
 
@@ -59,7 +64,7 @@ def strict_violations(value: Column, payload_schema: StructType) -> Column:
 
     @F.arrow_udf(StringType())  # type: ignore[call-overload, misc]
     def check(values: pa.Array) -> pa.Array:
-        return pa.array([strict_json.violation(v, schema_json) for v in values.to_pylist()], pa.string())
+        return strict_json.reasons(values, schema_json)
 
     return check(value)
 
@@ -77,15 +82,22 @@ def parse_payload(
     Malformed JSON, missing fields and values of the wrong type all end up with a reason instead of
     being dropped. ``strict`` (the default) first holds each payload to the strict JSON contract;
     a payload that breaks it is never handed to Spark's lenient parser (nor to its nesting limits).
+    Rows that carry :data:`STRICT_ERROR_COLUMN` were checked already, where they were read (the Kafka
+    source's ``payloadContract``: the stream's micro-batch), and need no Python worker here.
     """
-    strict_error = strict_violations(F.col("value"), payload_schema) if strict else F.lit(None).cast("string")
+    if not strict:
+        strict_error = F.lit(None).cast("string")
+    elif STRICT_ERROR_COLUMN in bronze.columns:
+        strict_error = F.col(STRICT_ERROR_COLUMN)
+    else:
+        strict_error = strict_violations(F.col("value"), payload_schema)
     # One JSON parse per record: Spark keeps what it could parse and puts the text of a record that
     # failed in the corrupt-record column. A record that yielded no field at all is malformed JSON;
     # one with some fields (a type mismatch somewhere) is judged by the rules on its nulls.
     with_corrupt = StructType([*payload_schema.fields, StructField(CORRUPT_FIELD, StringType())])
     nothing_parsed = " AND ".join(f"p.`{f.name}` IS NULL" for f in payload_schema.fields)
-    checked = bronze.withColumn("_strict_error", strict_error)
-    text = F.when(F.col("_strict_error").isNull(), F.col("value").cast("string"))
+    checked = bronze.withColumn(STRICT_ERROR_COLUMN, strict_error)
+    text = F.when(F.col(STRICT_ERROR_COLUMN).isNull(), F.col("value").cast("string"))
     parsed = checked.select(
         F.col("value").alias("_raw_value"),
         F.col("key").alias("_raw_key"),
@@ -94,7 +106,7 @@ def parse_payload(
         F.col("offset").alias("kafka_offset"),
         "kafka_timestamp",
         "ingest_time",
-        "_strict_error",
+        STRICT_ERROR_COLUMN,
         F.from_json(text, with_corrupt, {"columnNameOfCorruptRecord": CORRUPT_FIELD}).alias("p"),
         # Nondeterministic, so Spark pushes no filter on the parsed fields (silver's "no error") below
         # this projection: it would inline the parse into the filter once per field it reads (27
@@ -107,16 +119,16 @@ def parse_payload(
         "_raw_value",
         "_raw_key",
         "_bad_json",
-        "_strict_error",
+        STRICT_ERROR_COLUMN,
         "_parse_barrier",
     )
     # The barrier is read here (a partition id is never negative) so the optimizer keeps it.
     reason: Column = F.when(F.col("_parse_barrier") < 0, F.lit("unreachable"))
-    reason = reason.when(F.col("_strict_error").isNotNull(), F.col("_strict_error"))
+    reason = reason.when(F.col(STRICT_ERROR_COLUMN).isNotNull(), F.col(STRICT_ERROR_COLUMN))
     reason = reason.when(F.col("_bad_json"), F.lit("malformed JSON"))
     for rule in rules:
         reason = reason.when(~F.coalesce(F.expr(rule.check), F.lit(False)), F.lit(rule.reason))
-    return typed.withColumn(ERROR_COLUMN, reason).drop("_bad_json", "_strict_error", "_parse_barrier")
+    return typed.withColumn(ERROR_COLUMN, reason).drop("_bad_json", STRICT_ERROR_COLUMN, "_parse_barrier")
 
 
 def valid_rows(parsed: DataFrame, columns: Sequence[str]) -> DataFrame:

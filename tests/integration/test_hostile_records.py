@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from hostile import Hostile, corpus, kafka_batch, records
 from tidewater.config import Settings
+from tidewater.connectors.kafka_source import checked
 from tidewater.generator.events import GeneratorConfig, generate
 from tidewater.lake.reads import read_table
 from tidewater.lake.tables import LakeTable
@@ -45,8 +46,10 @@ def make_lake(spark, state_dir: str) -> PipelineLayout:
 
 
 def write_batch(spark, layout: PipelineLayout, items: list[Hostile], batch_id: int = 0, first_offset: int = 0) -> None:
-    """One micro-batch through the streaming job's writer, exactly as the bronze query calls it."""
-    frame = spark.createDataFrame(pa.Table.from_batches([kafka_batch(items, first_offset=first_offset)]))
+    """One micro-batch through the streaming job's writer, exactly as the bronze query calls it: with each
+    payload checked as the Kafka source checks it (``payloadContract``)."""
+    records = checked(kafka_batch(items, first_offset=first_offset), RSVPS.source().payload_schema.json())
+    frame = spark.createDataFrame(pa.Table.from_batches([records]))
     table = layout.table
     writer = BronzeSilverWriter(
         bronze=table("bronze"),
@@ -267,6 +270,30 @@ def test_parse_plan_reads_each_payload_once_under_a_filter(spark) -> None:
         assert plan.count("ArrowEvalPython") == 1, plan
     silver, quarantine = source.silver(source.parse(bronze)).count(), source.quarantine(source.parse(bronze)).count()
     assert silver + quarantine == len(items) and silver > 0
+
+
+def test_payloads_checked_by_the_reader_parse_in_the_jvm_alone_with_the_same_outcome(spark) -> None:
+    """The stream's Kafka source checks each payload's strict contract as it decodes the records
+    (``payloadContract``); the parse then runs no Python worker, and every hostile and valid record
+    gets the outcome the batch path's UDF gives it."""
+    from tidewater import transforms
+
+    items = [*valid_events(30, seed=17), *[Hostile(v) for v in (b"{", b'{"a":1}{"a":2}', b"\xff\xfe", None)]]
+    source = RSVPS.source()
+    plain = pa.Table.from_batches([kafka_batch(items)])
+    reader_checked = pa.Table.from_batches([checked(kafka_batch(items), source.payload_schema.json())])
+    outcomes = {}
+    for label, kafka in (("udf", plain), ("reader", reader_checked)):
+        parsed = source.outcomes(source.parse(transforms.to_bronze(spark.createDataFrame(kafka))))
+        plan = parsed._jdf.queryExecution().executedPlan().toString()
+        assert plan.count("ArrowEvalPython") == (1 if label == "udf" else 0), plan
+        outcomes[label] = parsed.drop("ingest_time", "_quarantine_ingest_time", "_quarantine_quarantine_date")
+        outcomes[label] = (
+            outcomes[label].toArrow().sort_by([("kafka_partition", "ascending"), ("kafka_offset", "ascending")])
+        )
+    assert outcomes["reader"].equals(outcomes["udf"])
+    reasons = [r for r in outcomes["reader"].column("_quarantine_reason").to_pylist() if r]
+    assert len(reasons) == 4 and any("UTF-8" in r for r in reasons), reasons
 
 
 def test_a_recompute_keeps_the_copy_the_stream_kept(spark, tmp_path: Path) -> None:

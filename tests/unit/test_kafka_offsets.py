@@ -92,6 +92,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> FakePartitionClient:
     """A fake client every planner/reader in this test gets from ``make_client``."""
     client = FakePartitionClient({"orders": {0: (0, 100), 1: (10, 50), 2: (0, 0)}})
     monkeypatch.setattr(kafka_source, "make_client", lambda backend, config: client)
+    monkeypatch.setattr(kafka_source, "_IDLE_READERS", {})
     return client
 
 
@@ -407,7 +408,30 @@ def test_read_range_yields_the_record_schema(fake: FakePartitionClient) -> None:
     batches = list(kafka_source.read_range(KafkaSourceOptions.parse(BASE), KafkaRange("orders", 1, 12, 15)))
     table = pa.Table.from_batches(batches, schema=RECORD_SCHEMA)
     assert table.column("offset").to_pylist() == [12, 13, 14]
-    assert fake.closed
+    assert not fake.closed  # kept for the worker's next read
+
+
+def test_a_worker_reuses_its_reader_and_closes_one_whose_read_failed(monkeypatch: pytest.MonkeyPatch) -> None:
+    made: list[FakePartitionClient] = []
+
+    def make(backend: str, config: dict) -> FakePartitionClient:
+        made.append(FakePartitionClient({"orders": {0: (0, 100), 1: (10, 50)}}))
+        return made[-1]
+
+    monkeypatch.setattr(kafka_source, "make_client", make)
+    monkeypatch.setattr(kafka_source, "_IDLE_READERS", {})
+    options = KafkaSourceOptions.parse(BASE)
+    for part in (KafkaRange("orders", 0, 0, 10), KafkaRange("orders", 1, 10, 20), KafkaRange("orders", 0, 10, 30)):
+        assert sum(b.num_rows for b in kafka_source.read_range(options, part)) == part.end - part.start
+    assert len(made) == 1 and not made[0].closed  # one client for every read of the worker
+    reading = kafka_source.read_range(options, KafkaRange("orders", 0, 30, 90))
+    next(reading)
+    reading.close()  # Spark stopped the task (or the read raised) midway: its client goes
+    assert made[0].closed
+    other = KafkaSourceOptions.parse({**BASE, "kafka.bootstrap.servers": "127.0.0.1:1"})
+    list(kafka_source.read_range(options, KafkaRange("orders", 1, 10, 11)))
+    list(kafka_source.read_range(other, KafkaRange("orders", 1, 10, 11)))
+    assert len(made) == 3  # a new one after the failure, and one per connection
 
 
 def test_batch_reader_with_nothing_to_read(fake: FakePartitionClient) -> None:

@@ -19,6 +19,10 @@ Options (all strings, as Spark passes them):
                             the topics' latest offsets, skipping (and logging) what it did not read;
                             at-most-once delivery (see tidewater.pipelines.base.Delivery). Set it only
                             when resuming: the caller knows whether the checkpoint has offsets.
+  payloadContract           a Spark schema as JSON (``StructType.json()``): each record also gets
+                            ``_strict_error``, why its value breaks that strict JSON contract (or null;
+                            :mod:`tidewater.strict_json`). The check runs here, in the worker that
+                            decodes the records anyway, so the stream's parse needs no Python worker.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from tidewater import strict_json
 from tidewater.config import Settings
 from tidewater.connectors.kafka_client import SPARK_RECORD_DDL, KafkaConnection, KafkaPythonClient, PartitionClient
 from tidewater.connectors.kafka_confluent import ConfluentClient
@@ -70,6 +75,7 @@ class KafkaSourceOptions:
     fail_on_data_loss: bool
     max_records_per_partition: int
     resume_from_latest: bool = False
+    payload_contract: str | None = None  # StructType.json() of the payload, see payloadContract
 
     @classmethod
     def parse(cls, options: Any) -> KafkaSourceOptions:
@@ -98,6 +104,7 @@ class KafkaSourceOptions:
             fail_on_data_loss=opts.get("failondataloss", "true").lower() != "false",
             max_records_per_partition=max(1, per_partition),
             resume_from_latest=resume == "latest",
+            payload_contract=opts.get("payloadcontract") or None,
         )
 
 
@@ -280,13 +287,31 @@ def make_client(backend: str, config: dict[str, Any]) -> PartitionClient:
     return KafkaPythonClient(config)
 
 
+# Executor side: clients idle between reads, per connection. A reused Spark Python worker reads one
+# range after another (each micro-batch, each partition); a client made per read cost a connection and
+# a librdkafka instance each time. A read that fails closes its client instead of returning it.
+_IDLE_READERS: dict[tuple[str, str], PartitionClient] = {}
+
+
+def checked(records: pa.RecordBatch, contract: str) -> pa.RecordBatch:
+    """Records with the ``payloadContract`` column: why each value breaks ``contract``, or null."""
+    return records.append_column(strict_json.REASON_COLUMN, strict_json.reasons(records.column("value"), contract))
+
+
 def read_range(options: KafkaSourceOptions, part: KafkaRange) -> Iterator[pa.RecordBatch]:
     """Executor side: stream one offset range as Arrow batches."""
-    client = make_client(options.backend, options.client_config)
+    key = (options.backend, json.dumps(options.client_config, sort_keys=True, default=str))
+    client = _IDLE_READERS.pop(key, None) or make_client(options.backend, options.client_config)
+    finished = False
     try:
-        yield from client.read_arrow(part.topic, part.partition, part.start, part.end)
+        for batch in client.read_arrow(part.topic, part.partition, part.start, part.end):
+            yield batch if options.payload_contract is None else checked(batch, options.payload_contract)
+        finished = True
     finally:
-        client.close()
+        if finished and key not in _IDLE_READERS:
+            _IDLE_READERS[key] = client
+        else:
+            client.close()
 
 
 def cap_offsets(start: Offsets, end: Offsets, max_rows: int) -> Offsets:
@@ -432,6 +457,8 @@ class KafkaDataSource(DataSource):
         return "tidewater-kafka"
 
     def schema(self) -> str:
+        if any(str(k).lower() == "payloadcontract" and v for k, v in dict(self.options).items()):
+            return f"{SPARK_RECORD_DDL}, {strict_json.REASON_COLUMN} STRING"
         return SPARK_RECORD_DDL
 
     def reader(self, schema: Any) -> DataSourceReader:

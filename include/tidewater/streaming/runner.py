@@ -202,6 +202,8 @@ class PipelineStreams:
         resuming = offsets_log.is_dir() and any(offsets_log.iterdir())
         if pipeline.delivery is Delivery.AT_MOST_ONCE and resuming:  # never re-reads: see Delivery
             options["resumeFrom"] = "latest"
+        if source.strict_json and not self.settings.silver_query:  # checked as read: see BronzeSilverWriter
+            options["payloadContract"] = source.payload_schema.json()
         kafka = self.spark.readStream.format("tidewater-kafka").options(**options).load()
         if self.settings.silver_query:  # decoupled tiers: silver polls the bronze table itself
             return (
