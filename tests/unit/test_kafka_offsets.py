@@ -23,6 +23,7 @@ from tidewater.connectors.kafka_client import RECORD_SCHEMA, records_to_arrow
 from tidewater.connectors.kafka_source import (
     KafkaBatchReader,
     KafkaRange,
+    KafkaRanges,
     KafkaSourceOptions,
     KafkaStreamReader,
     Offsets,
@@ -519,3 +520,21 @@ def test_resume_from_latest_also_skips_batch_zero_when_spark_re_runs_it(fake: Fa
     fake.topics["orders"][0] = (0, 170)  # sent after the resume: read
     after = reader.latestOffset(following, ReadAllAvailable())
     assert [(r.partition, r.start, r.end) for r in reader.partitions(following, after)] == [(0, 160, 170)]
+
+
+def test_a_small_micro_batch_is_one_task_reading_every_range(fake: FakePartitionClient) -> None:
+    """At a low rate a task per partition costs more than the records: up to ``minRecordsPerTask``
+    records are one Spark task that reads every range in turn; a larger batch keeps a task per range."""
+    reader = KafkaStreamReader(KafkaSourceOptions.parse({**BASE, "minRecordsPerTask": "100"}))
+    start, end = {"orders": {"0": 0, "1": 10}}, {"orders": {"0": 60, "1": 50}}
+    (packed,) = reader.partitions(start, end)
+    assert isinstance(packed, KafkaRanges)
+    assert [(r.partition, r.start, r.end) for r in packed.ranges] == [(0, 0, 60), (1, 10, 50)]
+    table = pa.Table.from_batches(list(reader.read(packed)), schema=RECORD_SCHEMA)
+    assert list(zip(table["partition"].to_pylist(), table["offset"].to_pylist(), strict=True)) == [
+        *((0, o) for o in range(0, 60)),
+        *((1, o) for o in range(10, 50)),
+    ]
+    bigger = KafkaStreamReader(KafkaSourceOptions.parse({**BASE, "minRecordsPerTask": "99"}))
+    assert all(isinstance(p, KafkaRange) for p in bigger.partitions(start, end))
+    assert len(bigger.partitions(start, end)) == 2

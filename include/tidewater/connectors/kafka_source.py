@@ -15,6 +15,9 @@ Options (all strings, as Spark passes them):
   maxOffsetsPerTrigger      row cap per micro-batch (ignored by Trigger.AvailableNow's final target)
   failOnDataLoss            true (default): fail when offsets the query needs are gone
   maxRecordsPerPartition    split large offset ranges into Spark partitions of at most this size
+  minRecordsPerTask         a micro-batch of at most this many records (default 20000) is read by one
+                            Spark task, all its partition ranges in turn: at a low rate the fixed cost
+                            of a task per partition, not the records, was most of the read
   resumeFrom                checkpoint (default) | latest: this run resumes a checkpoint and starts at
                             the topics' latest offsets, skipping (and logging) what it did not read;
                             at-most-once delivery (see tidewater.pipelines.base.Delivery). Set it only
@@ -64,6 +67,20 @@ class KafkaRange(InputPartition):
 
 
 @dataclass(frozen=True)
+class KafkaRanges(InputPartition):
+    """One Spark task reading several small ranges in turn (see ``minRecordsPerTask``)."""
+
+    ranges: tuple[KafkaRange, ...]
+
+
+def pack_small(ranges: Sequence[KafkaRange], min_records: int) -> list[InputPartition]:
+    """``ranges`` as Spark tasks: one task for all of them when they hold at most ``min_records``."""
+    if len(ranges) > 1 and sum(r.end - r.start for r in ranges) <= min_records:
+        return [KafkaRanges(tuple(ranges))]
+    return list(ranges)
+
+
+@dataclass(frozen=True)
 class KafkaSourceOptions:
     client_config: dict[str, Any]
     backend: str
@@ -74,6 +91,7 @@ class KafkaSourceOptions:
     max_offsets_per_trigger: int | None
     fail_on_data_loss: bool
     max_records_per_partition: int
+    min_records_per_task: int = 20_000
     resume_from_latest: bool = False
     payload_contract: str | None = None  # StructType.json() of the payload, see payloadContract
 
@@ -88,6 +106,7 @@ class KafkaSourceOptions:
             timestamp = int(opts["startingtimestamp"]) if opts.get("startingtimestamp") else None
             max_offsets = int(opts["maxoffsetspertrigger"]) if opts.get("maxoffsetspertrigger") else None
             per_partition = int(opts.get("maxrecordsperpartition", "500000"))
+            per_task = int(opts.get("minrecordspertask", "20000"))
             resume = opts.get("resumefrom", "checkpoint").lower()
             if resume not in ("checkpoint", "latest"):
                 raise ConfigError(f"tidewater-kafka: resumeFrom={resume!r} must be checkpoint or latest")
@@ -103,6 +122,7 @@ class KafkaSourceOptions:
             max_offsets_per_trigger=max_offsets,
             fail_on_data_loss=opts.get("failondataloss", "true").lower() != "false",
             max_records_per_partition=max(1, per_partition),
+            min_records_per_task=max(0, per_task),
             resume_from_latest=resume == "latest",
             payload_contract=opts.get("payloadcontract") or None,
         )
@@ -417,9 +437,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     total,
                     ", ".join(f"{tp}: {n}" for tp, n in sorted(skipped.items())),
                 )
-        return self.planner.split(start, end)
+        return pack_small(self.planner.split(start, end), self.options.min_records_per_task)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, KafkaRanges):
+            return (batch for part in partition.ranges for batch in read_range(self.options, part))
         assert isinstance(partition, KafkaRange)
         return read_range(self.options, partition)
 
