@@ -11,7 +11,7 @@ code (true end offsets, reads, timestamps) is covered by tests/integration/test_
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 import pytest
@@ -83,6 +83,12 @@ class FakePartitionClient:
                 "headers": [[] for _ in offsets],
             }
         )
+
+    def read_ranges(
+        self, ranges: Sequence[tuple[str, int, int, int]], *, batch_rows: int = 20_000
+    ) -> Iterator[pa.RecordBatch]:
+        for topic, partition, start, end in ranges:
+            yield from self.read_arrow(topic, partition, start, end)
 
     def close(self) -> None:
         self.closed = True

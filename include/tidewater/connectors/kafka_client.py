@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -170,6 +170,10 @@ class PartitionClient(Protocol):
 
     def read_arrow(
         self, topic: str, partition: int, start: int, end: int, *, batch_rows: int = 20_000
+    ) -> Iterator[pa.RecordBatch]: ...
+
+    def read_ranges(
+        self, ranges: Sequence[tuple[str, int, int, int]], *, batch_rows: int = 20_000
     ) -> Iterator[pa.RecordBatch]: ...
 
     def close(self) -> None: ...
@@ -397,6 +401,13 @@ class KafkaPythonClient:
                 columns = empty_columns()
         if columns["offset"]:
             yield records_to_arrow(columns)
+
+    def read_ranges(
+        self, ranges: Sequence[tuple[str, int, int, int]], *, batch_rows: int = 20_000
+    ) -> Iterator[pa.RecordBatch]:
+        """Every ``(topic, partition, start, end)`` range, one after another."""
+        for topic, partition, start, end in ranges:
+            yield from self.read_arrow(topic, partition, start, end, batch_rows=batch_rows)
 
     def _check_stall(
         self, topic: str, partition: int, position: int, end: int, got_records: bool, last_progress: float

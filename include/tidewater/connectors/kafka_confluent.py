@@ -10,7 +10,7 @@ by construction. Select it with ``TIDEWATER_KAFKA_CLIENT=confluent`` (source opt
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -52,48 +52,71 @@ class ConfluentClient(KafkaPythonClient):
     def read_arrow(
         self, topic: str, partition: int, start: int, end: int, *, batch_rows: int = 20_000
     ) -> Iterator[pa.RecordBatch]:
+        return self.read_ranges([(topic, partition, start, end)], batch_rows=batch_rows)
+
+    def read_ranges(
+        self, ranges: Sequence[tuple[str, int, int, int]], *, batch_rows: int = 20_000
+    ) -> Iterator[pa.RecordBatch]:
+        """Every ``(topic, partition, start, end)`` at once: one assignment of all the partitions, so a
+        small micro-batch's ranges are fetched together (one after another, each re-assignment cost up
+        to ~100 ms on the embedded broker)."""
         from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-        if start >= end:
+        # (topic, partition) -> [next offset wanted, end, start]
+        wanted = {(t, p): [start, end, start] for t, p, start, end in ranges if start < end}
+        if not wanted:
             return
         if self._rd_consumer is None:
             self._rd_consumer = Consumer(librdkafka_config(self._config))
         consumer = self._rd_consumer
-        consumer.assign([TopicPartition(topic, partition, start)])
+        consumer.assign([TopicPartition(t, p, state[0]) for (t, p), state in wanted.items()])
+        pending = set(wanted)
         columns = empty_columns()
-        position = start
         last_progress = time.monotonic()
-        while position < end:
-            # Ask for no more than the range holds: consume() returns as soon as it has that many.
-            messages = consumer.consume(num_messages=min(batch_rows, end - position), timeout=0.5)
+        while pending:
+            remaining = sum(wanted[tp][1] - wanted[tp][0] for tp in pending)
+            # Ask for no more than the ranges hold: consume() returns as soon as it has that many.
+            messages = consumer.consume(num_messages=max(1, min(batch_rows, remaining)), timeout=0.5)
+            progressed = False
             for message in messages:
+                tp = (message.topic(), message.partition())
+                if tp not in pending:
+                    continue  # done already, or fetched for an earlier assignment (librdkafka drops those too)
+                state = wanted[tp]
                 error = message.error()
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF:
                         # at the high watermark; transaction markers may sit between the last record and it
-                        if message.partition() == partition and message.topic() == topic:
-                            position = max(position, message.offset())
+                        state[0] = max(state[0], message.offset())
+                        progressed = True
+                    elif error.code() == KafkaError.OFFSET_OUT_OF_RANGE:
+                        raise retention_lost(tp[0], tp[1], state[2], state[1])
+                    else:
+                        raise BrokerUnreachableError(f"reading {tp[0]}/{tp[1]}: {error.str()}")
+                else:
+                    offset = message.offset()
+                    if offset < state[0]:
                         continue
-                    if error.code() == KafkaError.OFFSET_OUT_OF_RANGE:
-                        raise retention_lost(topic, partition, start, end)
-                    raise BrokerUnreachableError(f"reading {topic}/{partition}: {error.str()}")
-                offset = message.offset()
-                if offset < position or message.partition() != partition or message.topic() != topic:
-                    continue  # fetched for an earlier assignment (librdkafka drops those itself: a guard)
-                if offset >= end:
-                    position = end
-                    break
-                ts_type, ts = message.timestamp()
-                columns["key"].append(message.key())
-                columns["value"].append(message.value())
-                columns["topic"].append(topic)
-                columns["partition"].append(partition)
-                columns["offset"].append(offset)
-                columns["timestamp"].append(timestamp_micros(ts))
-                columns["timestampType"].append(max(ts_type - 1, 0))  # librdkafka: 1 create, 2 log-append
-                columns["headers"].append(message.headers() or [])
-                position = offset + 1
-            last_progress = self._check_stall(topic, partition, position, end, bool(messages), last_progress)
+                    progressed = True
+                    if offset >= state[1]:
+                        state[0] = state[1]
+                    else:
+                        ts_type, ts = message.timestamp()
+                        columns["key"].append(message.key())
+                        columns["value"].append(message.value())
+                        columns["topic"].append(tp[0])
+                        columns["partition"].append(tp[1])
+                        columns["offset"].append(offset)
+                        columns["timestamp"].append(timestamp_micros(ts))
+                        columns["timestampType"].append(max(ts_type - 1, 0))  # librdkafka: 1 create, 2 log-append
+                        columns["headers"].append(message.headers() or [])
+                        state[0] = offset + 1
+                if state[0] >= state[1]:
+                    pending.discard(tp)
+            if pending:
+                topic, partition = min(pending)
+                state = wanted[(topic, partition)]
+                last_progress = self._check_stall(topic, partition, state[0], state[1], progressed, last_progress)
             if len(columns["offset"]) >= batch_rows:
                 yield records_to_arrow(columns)
                 columns = empty_columns()

@@ -318,13 +318,14 @@ def checked(records: pa.RecordBatch, contract: str) -> pa.RecordBatch:
     return records.append_column(strict_json.REASON_COLUMN, strict_json.reasons(records.column("value"), contract))
 
 
-def read_range(options: KafkaSourceOptions, part: KafkaRange) -> Iterator[pa.RecordBatch]:
-    """Executor side: stream one offset range as Arrow batches."""
+def read_range(options: KafkaSourceOptions, part: KafkaRange | KafkaRanges) -> Iterator[pa.RecordBatch]:
+    """Executor side: stream one offset range, or a task's several small ones, as Arrow batches."""
     key = (options.backend, json.dumps(options.client_config, sort_keys=True, default=str))
     client = _IDLE_READERS.pop(key, None) or make_client(options.backend, options.client_config)
+    ranges = part.ranges if isinstance(part, KafkaRanges) else (part,)
     finished = False
     try:
-        for batch in client.read_arrow(part.topic, part.partition, part.start, part.end):
+        for batch in client.read_ranges([(r.topic, r.partition, r.start, r.end) for r in ranges]):
             yield batch if options.payload_contract is None else checked(batch, options.payload_contract)
         finished = True
     finally:
@@ -440,9 +441,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return pack_small(self.planner.split(start, end), self.options.min_records_per_task)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if isinstance(partition, KafkaRanges):
-            return (batch for part in partition.ranges for batch in read_range(self.options, part))
-        assert isinstance(partition, KafkaRange)
+        assert isinstance(partition, KafkaRange | KafkaRanges)
         return read_range(self.options, partition)
 
     def commit(self, end: dict) -> None:
