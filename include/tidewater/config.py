@@ -303,6 +303,10 @@ class Settings:
         "local[2]", Pattern(SPARK_MASTER, "local, local[N], local[*], spark://host:port, yarn or k8s://...")
     )
     spark_driver_memory: str = setting("2g", JvmMemory(minimum=450 << 20))
+    # The streaming job's heap. It holds one micro-batch (at most max_offsets_per_trigger records) and
+    # keeps its state in RocksDB, off the heap; batch jobs hold whole intervals (spark_driver_memory).
+    # Measured (rsvps, 100k batches): 2g -> 1g took the draining job from 5.8 to 4.1 GB RSS, same rate.
+    stream_driver_memory: str = setting("1g", JvmMemory(minimum=450 << 20))
     # On a cluster master only (spark://, yarn, k8s): each job's share. One core per job lets one worker
     # run every stream and batch job side by side (a job takes all free cores by default).
     spark_cores_max: int = setting(1, Range(ge=1, le=100_000))

@@ -56,13 +56,18 @@ def executor_env(settings: Settings, environ: Mapping[str, str] | None = None) -
 
 
 def session_conf(
-    settings: Settings, environ: Mapping[str, str] | None = None, *, scratch: str | None = None
+    settings: Settings,
+    environ: Mapping[str, str] | None = None,
+    *,
+    scratch: str | None = None,
+    streaming: bool = False,
 ) -> dict[str, str]:
     """Every Spark setting of a tidewater session (pure: tested without a JVM).
 
-    ``scratch`` is the driver's temporary folder (see :func:`tidewater.processes.scratch_dir`)."""
+    ``scratch`` is the driver's temporary folder (see :func:`tidewater.processes.scratch_dir`);
+    ``streaming``: the streaming job's session, whose heap is ``stream_driver_memory``."""
     conf = {
-        "spark.driver.memory": settings.spark_driver_memory,
+        "spark.driver.memory": settings.stream_driver_memory if streaming else settings.spark_driver_memory,
         "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1",
         "spark.ui.enabled": "false",
@@ -92,11 +97,11 @@ def session_conf(
     return conf
 
 
-def build_session(settings: Settings, app_name: str = "tidewater") -> SparkSession:
+def build_session(settings: Settings, app_name: str = "tidewater", *, streaming: bool = False) -> SparkSession:
     prepare_environment(settings)
     builder = SparkSession.builder.master(settings.spark_master).appName(app_name)
     scratch = scratch_dir(os.path.join(settings.state_dir, "scratch"))
-    for key, value in session_conf(settings, scratch=scratch).items():
+    for key, value in session_conf(settings, scratch=scratch, streaming=streaming).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

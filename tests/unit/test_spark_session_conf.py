@@ -82,3 +82,11 @@ def test_a_busy_python_worker_is_never_killed_for_silence():
     conf = session_conf(Settings(state_dir="/tmp/x"))
     assert conf.get("spark.python.worker.killOnIdleTimeout", "false") == "false"
     assert conf["spark.python.worker.reuse"] == "true"
+
+
+def test_the_streaming_job_has_its_own_heap() -> None:
+    """A stream holds one micro-batch at a time (state in RocksDB, off the heap); batch jobs hold intervals."""
+    settings = Settings(spark_driver_memory="3g", stream_driver_memory="768m")
+    assert session_conf(settings, {})["spark.driver.memory"] == "3g"
+    assert session_conf(settings, {}, streaming=True)["spark.driver.memory"] == "768m"
+    assert Settings().stream_driver_memory == "1g"

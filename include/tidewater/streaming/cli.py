@@ -41,7 +41,7 @@ def cmd_stream(args: argparse.Namespace, settings: Settings) -> int:
     spark = None
     try:
         streams.preflight()  # one-line errors before a JVM starts (no Kafka servers set, too)
-        spark = build_session(settings, f"tidewater-stream-{pipeline.name}")
+        spark = build_session(settings, f"tidewater-stream-{pipeline.name}", streaming=True)
         if args.available_now:
             streams.run_available_now(spark)
         else:

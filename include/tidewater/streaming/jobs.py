@@ -35,7 +35,7 @@ def launch_stream_job(
         "--master",
         settings.spark_master,
         "--driver-memory",
-        settings.spark_driver_memory,
+        settings.stream_driver_memory,
         "--conf",
         "spark.driver.host=127.0.0.1",
         str(spark_job("stream")),
