@@ -362,5 +362,7 @@ def test_the_one_pass_split_gives_what_the_table_transforms_select(spark) -> Non
     assert quarantine.num_rows > 0 and silver.num_rows > 0
     assert quarantine.num_rows + silver.num_rows == len(items)
     for got, expected in ((quarantine, expected_quarantine), (silver, expected_silver)):
-        assert got.schema == expected.schema
+        # Names and types; not nullability: the one pass computes a quarantine column only for rows with
+        # a reason (null otherwise), and the table's schema is applied when the rows are written.
+        assert [(f.name, f.type) for f in got.schema] == [(f.name, f.type) for f in expected.schema]
         assert got.sort_by("kafka_offset").to_pylist() == expected.sort_by("kafka_offset").to_pylist()

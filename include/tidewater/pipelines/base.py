@@ -335,15 +335,15 @@ class Source:
 
     def parse(self, bronze: DataFrame) -> DataFrame:
         """Bronze -> typed rows with lineage and ``_error`` (see :func:`transforms.parse_payload`)."""
-        flatten = [F.expr(expr).alias(name) for name, expr in self.columns.items()]
         parsed = transforms.parse_payload(
             bronze,
             payload_schema=self.payload_schema,
-            flatten=flatten,
+            flatten=self.columns,
             rules=self.all_rules,
             strict=self.strict_json,
         )
-        return parsed.withColumn(self.partition_column, F.to_date(self.event_time))
+        date = f"to_date({transforms.quoted(self.event_time)}) AS {transforms.quoted(self.partition_column)}"
+        return parsed.selectExpr("*", date)
 
     @property
     def silver_columns(self) -> tuple[str, ...]:
