@@ -4,9 +4,10 @@ Spark's JSON reader accepts a number or an object where the schema declares a st
 text), ignores what follows the first object (so a second concatenated object, and its event, is
 silently lost), keeps the last of duplicate keys and replaces invalid UTF-8 with U+FFFD. A pipeline
 parses strictly unless its declaration opts into leniency: :func:`violation` says why a payload
-breaks the declared schema, or None when it holds. It runs in Spark's Python workers (one call per
-record, see :func:`tidewater.transforms.parse_payload`) and is pure, so it is unit-tested without
-Spark.
+breaks the declared schema, or None when it holds. It runs in Spark's Python workers, one call per
+record: in the stream's Kafka reader as it decodes the records (``payloadContract``, see
+:mod:`tidewater.connectors.kafka_source`), in an Arrow UDF where rows come from bronze (see
+:func:`tidewater.transforms.parse_payload`). It is pure, so it is unit-tested without Spark.
 
 Rules: bytes are UTF-8; the payload is exactly one JSON object (surrounding whitespace allowed);
 no key repeats within an object; a declared string is a JSON string, an integer a JSON integer
