@@ -86,10 +86,12 @@ def parse_payload(
     flatten: Mapping[str, str],
     rules: Sequence[Rule],
     strict: bool = True,
+    derived: Mapping[str, str] | None = None,
 ) -> DataFrame:
     """Bronze rows -> typed rows with lineage and an ``_error`` reason (null when valid).
 
-    ``flatten``: each silver column's SQL expression over the parsed payload ``p``. Malformed JSON,
+    ``flatten``: each silver column's SQL expression over the parsed payload ``p``; ``derived``: more
+    columns, SQL over the flattened ones (a silver partition's date). Malformed JSON,
     missing fields and values of the wrong type all end up with a reason instead of being dropped.
     ``strict`` (the default) first holds each payload to the strict JSON contract; a payload that
     breaks it is never handed to Spark's lenient parser (nor to its nesting limits). Rows that carry
@@ -143,7 +145,8 @@ def parse_payload(
         *[f"WHEN NOT coalesce(({rule.check}), false) THEN {sql_string(rule.reason)}" for rule in rules],
     ]
     kept = [*(quoted(name) for name in flatten), *LINEAGE_COLUMNS, "_raw_value", "_raw_key"]
-    return typed.selectExpr(*kept, f"CASE {' '.join(reasons)} END AS {ERROR_COLUMN}")
+    extra = [f"({expression}) AS {quoted(name)}" for name, expression in (derived or {}).items()]
+    return typed.selectExpr(*kept, f"CASE {' '.join(reasons)} END AS {ERROR_COLUMN}", *extra)
 
 
 def valid_rows(parsed: DataFrame, columns: Sequence[str]) -> DataFrame:

@@ -366,3 +366,25 @@ def test_the_one_pass_split_gives_what_the_table_transforms_select(spark) -> Non
         # a reason (null otherwise), and the table's schema is applied when the rows are written.
         assert [(f.name, f.type) for f in got.schema] == [(f.name, f.type) for f in expected.schema]
         assert got.sort_by("kafka_offset").to_pylist() == expected.sort_by("kafka_offset").to_pylist()
+
+
+def test_reasons_and_names_with_quotes_survive_the_sql_plan(spark) -> None:
+    """The parse plan is SQL text: a rule's reason and a column name with quotes, backticks and
+    backslashes come out exactly as declared."""
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    from tidewater import transforms
+
+    reason = 'it\'s `odd` \\ "very" odd'
+    bronze = transforms.to_bronze(
+        spark.createDataFrame(pa.Table.from_batches([kafka_batch([Hostile(b'{"n": 1}'), Hostile(b'{"n": 2}')])]))
+    )
+    parsed = transforms.parse_payload(
+        bronze,
+        payload_schema=StructType([StructField("n", LongType())]),
+        flatten={"a `b` 'c'": "p.n"},
+        rules=[transforms.Rule(reason=reason, check="`a ``b`` 'c'` < 2")],
+        derived={"twice": "`a ``b`` 'c'` * 2"},
+    )
+    rows = parsed.toArrow().select(["a `b` 'c'", "_error", "twice"]).sort_by("twice").to_pylist()
+    assert rows == [{"a `b` 'c'": 1, "_error": None, "twice": 2}, {"a `b` 'c'": 2, "_error": reason, "twice": 4}]

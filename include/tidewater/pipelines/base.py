@@ -335,15 +335,14 @@ class Source:
 
     def parse(self, bronze: DataFrame) -> DataFrame:
         """Bronze -> typed rows with lineage and ``_error`` (see :func:`transforms.parse_payload`)."""
-        parsed = transforms.parse_payload(
+        return transforms.parse_payload(
             bronze,
             payload_schema=self.payload_schema,
             flatten=self.columns,
             rules=self.all_rules,
             strict=self.strict_json,
+            derived={self.partition_column: f"to_date({transforms.quoted(self.event_time)})"},
         )
-        date = f"to_date({transforms.quoted(self.event_time)}) AS {transforms.quoted(self.partition_column)}"
-        return parsed.selectExpr("*", date)
 
     @property
     def silver_columns(self) -> tuple[str, ...]:
