@@ -701,8 +701,9 @@ def write_profile(path: Path, results: dict[str, Any], machine: str, where: str)
         f"Written by `./tw bench --profile` on {dt.date.today().isoformat()}; {machine}; {where}.",
         "Medians per micro-batch over every run; Spark's parts of a trigger (`durationMs`) and, inside",
         "`addBatch`, the writer's phases (`tidewater.phase_clock`; an indented phase is part of the one",
-        "above it). `bronze/write files` is one Spark job: the Kafka read, the bronze rows and their",
-        "Parquet files on the executors.",
+        "above it). `bronze/read` is one Spark job: the Kafka read (each payload checked against its",
+        "contract in the reader), the rows cached for silver and brought to the driver, where delta-rs",
+        "writes them to bronze (`bronze/commit`); `silver/parse/rows to driver` is the parse over the cache.",
         "",
     ]
     for name, runs in results["pipelines"].items():
