@@ -368,3 +368,28 @@ def test_unreachable_broker_is_one_line_on_the_driver(spark: SparkSession) -> No
     assert line.startswith("BrokerUnreachableError:"), line
     assert servers in line
     assert time.monotonic() - started < 30
+
+
+@pytest.mark.parametrize("backend", ["kafka-python", "confluent"])
+def test_one_read_of_several_ranges_returns_exactly_them(
+    broker: EmbeddedBroker, make_topic: Callable[..., str], backend: str
+) -> None:
+    """A small micro-batch's task reads all its ranges at once (librdkafka: one assignment); ranges of a
+    partition that repeats, out of order, and a reader reused after a read all return exactly their records."""
+    from tidewater.connectors.kafka_source import make_client
+
+    topic = make_topic(3)
+    sent = produce(broker.bootstrap_servers, topic, {0: 40, 1: 25, 2: 10})
+    client = make_client(backend, {"bootstrap_servers": [broker.bootstrap_servers]})
+    try:
+        for ranges in (
+            [(topic, 0, 0, 10), (topic, 1, 5, 25), (topic, 2, 0, 10)],
+            [(topic, 0, 30, 40), (topic, 0, 0, 5), (topic, 1, 0, 3), (topic, 0, 5, 12)],  # repeats, rewinds
+        ):
+            rows = [row for batch in client.read_ranges(ranges) for row in batch.to_pylist()]
+            want = sorted((p, o) for _, p, start, end in ranges for o in range(start, end))
+            assert sorted((r["partition"], r["offset"]) for r in rows) == want
+            values = {(s.partition, s.offset): s.value for s in sent}
+            assert all(r["value"] == values[(r["partition"], r["offset"])] for r in rows)
+    finally:
+        client.close()

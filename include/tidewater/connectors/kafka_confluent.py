@@ -57,9 +57,20 @@ class ConfluentClient(KafkaPythonClient):
     def read_ranges(
         self, ranges: Sequence[tuple[str, int, int, int]], *, batch_rows: int = 20_000
     ) -> Iterator[pa.RecordBatch]:
-        """Every ``(topic, partition, start, end)`` at once: one assignment of all the partitions, so a
-        small micro-batch's ranges are fetched together (one after another, each re-assignment cost up
-        to ~100 ms on the embedded broker)."""
+        """Every ``(topic, partition, start, end)``, all partitions in one assignment, so a small
+        micro-batch's ranges are fetched together (one after another, each re-assignment cost up to
+        ~100 ms on the embedded broker). Ranges of a partition that repeats (a large range split in
+        pieces) are read in later assignments, one piece each."""
+        rounds: list[list[tuple[str, int, int, int]]] = []
+        for item in ranges:
+            free = next((r for r in rounds if all(other[:2] != item[:2] for other in r)), None)
+            if free is None:
+                rounds.append(free := [])
+            free.append(item)
+        for assignment in rounds:
+            yield from self._read_assigned(assignment, batch_rows)
+
+    def _read_assigned(self, ranges: Sequence[tuple[str, int, int, int]], batch_rows: int) -> Iterator[pa.RecordBatch]:
         from confluent_kafka import Consumer, KafkaError, TopicPartition
 
         # (topic, partition) -> [next offset wanted, end, start]

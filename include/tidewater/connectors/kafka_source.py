@@ -16,8 +16,9 @@ Options (all strings, as Spark passes them):
   failOnDataLoss            true (default): fail when offsets the query needs are gone
   maxRecordsPerPartition    split large offset ranges into Spark partitions of at most this size
   minRecordsPerTask         a micro-batch of at most this many records (default 20000) is read by one
-                            Spark task, all its partition ranges in turn: at a low rate the fixed cost
-                            of a task per partition, not the records, was most of the read
+                            Spark task, all its partitions in one assignment (PartitionClient.read_ranges):
+                            at a low rate the fixed cost of a task per partition, not the records, was
+                            most of the read
   resumeFrom                checkpoint (default) | latest: this run resumes a checkpoint and starts at
                             the topics' latest offsets, skipping (and logging) what it did not read;
                             at-most-once delivery (see tidewater.pipelines.base.Delivery). Set it only
