@@ -45,7 +45,7 @@ class ConfluentClient(KafkaPythonClient):
 
     The librdkafka consumer is kept between reads (a Spark Python worker reads one range after another
     with the same client, see :func:`tidewater.connectors.kafka_source.read_range`): each read assigns
-    its partition at its start offset, which discards whatever an earlier assignment had fetched."""
+    its partitions at their start offsets, which discards whatever an earlier assignment had fetched."""
 
     _rd_consumer: Any = None
 
