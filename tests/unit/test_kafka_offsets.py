@@ -544,3 +544,20 @@ def test_a_small_micro_batch_is_one_task_reading_every_range(fake: FakePartition
     bigger = KafkaStreamReader(KafkaSourceOptions.parse({**BASE, "minRecordsPerTask": "99"}))
     assert all(isinstance(p, KafkaRange) for p in bigger.partitions(start, end))
     assert len(bigger.partitions(start, end)) == 2
+
+
+def test_a_payload_contract_adds_the_reason_column_to_the_schema_and_every_batch(fake: FakePartitionClient) -> None:
+    """``payloadContract``: the source's schema and every batch it reads carry each value's strict-contract reason."""
+    from tidewater import strict_json
+    from tidewater.connectors.kafka_source import KafkaDataSource
+
+    contract = '{"type":"struct","fields":[{"name":"n","type":"long","nullable":true,"metadata":{}}]}'
+    assert strict_json.REASON_COLUMN not in KafkaDataSource(dict(BASE)).schema()
+    assert (
+        KafkaDataSource({**BASE, "payloadContract": contract}).schema().endswith(f"{strict_json.REASON_COLUMN} STRING")
+    )
+    options = KafkaSourceOptions.parse({**BASE, "payloadContract": contract})
+    (batch,) = kafka_source.read_range(options, KafkaRange("orders", 1, 12, 14))
+    reasons = batch.column(strict_json.REASON_COLUMN).to_pylist()
+    assert reasons == [strict_json.violation(b"12", contract), strict_json.violation(b"13", contract)]
+    assert all(reasons)  # a bare number is not one JSON object

@@ -479,7 +479,7 @@ class KafkaDataSource(DataSource):
         return "tidewater-kafka"
 
     def schema(self) -> str:
-        if any(str(k).lower() == "payloadcontract" and v for k, v in dict(self.options).items()):
+        if KafkaSourceOptions.parse(self.options).payload_contract is not None:
             return f"{SPARK_RECORD_DDL}, {strict_json.REASON_COLUMN} STRING"
         return SPARK_RECORD_DDL
 
