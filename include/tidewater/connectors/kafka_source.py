@@ -69,7 +69,7 @@ class KafkaRange(InputPartition):
 
 @dataclass(frozen=True)
 class KafkaRanges(InputPartition):
-    """One Spark task reading several small ranges in turn (see ``minRecordsPerTask``)."""
+    """One Spark task reading several small ranges together (see ``minRecordsPerTask``)."""
 
     ranges: tuple[KafkaRange, ...]
 
