@@ -315,6 +315,9 @@ class Settings:
     trigger_seconds: float = setting(1.0, Range(gt=0, le=86_400))
     # Gold MERGEs less often: fewer small commits, more CPU for silver.
     gold_trigger_seconds: float = setting(5.0, Range(gt=0, le=86_400))
+    # Keys the streaming de-duplication's in-memory index of silver holds (12 bytes each; see
+    # tidewater.lake.key_index): past it the oldest silver files are scanned at every micro-batch.
+    dedup_index_max_keys: int = setting(8_000_000, Range(ge=0, le=10**10))
     # False: the bronze query also writes silver from the same micro-batch (lower latency).
     # True: silver is a query of its own that polls the bronze table (decoupled tiers).
     silver_query: bool = setting(False, Flag())

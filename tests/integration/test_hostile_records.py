@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections import Counter
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from hostile import Hostile, corpus, kafka_batch, records
 from tidewater.config import Settings
 from tidewater.connectors.kafka_source import checked
 from tidewater.generator.events import GeneratorConfig, generate
+from tidewater.lake.key_index import KeyIndex
 from tidewater.lake.reads import read_table
 from tidewater.lake.tables import LakeTable
 from tidewater.pipelines import get_pipeline
@@ -332,7 +334,7 @@ def test_a_recompute_keeps_the_copy_the_stream_kept(spark, tmp_path: Path) -> No
 
 @pytest.mark.parametrize("where", ["file", "s3"])
 def test_silver_key_lookup_reads_the_log_not_the_folder(where: str, lake_uri: str, request) -> None:
-    """The stream's key lookup (LakeTable.lookup) on the local file system and on S3 (moto): it sees the
+    """The stream's key lookup (LakeTable.lookup, KeyIndex) on the local file system and on S3 (moto): it sees the
     current snapshot only, never files an overwrite removed."""
     root = request.getfixturevalue("s3_lake_uri") if where == "s3" else lake_uri
     table = LakeTable(f"{root}/silver")
@@ -340,9 +342,11 @@ def test_silver_key_lookup_reads_the_log_not_the_folder(where: str, lake_uri: st
     table.ensure(schema)
     table.append_arrow(pa.table({"event_id": ["a", "b"], "n": [1, 2]}, schema=schema))
     table.replace_where(pa.table({"event_id": ["b"], "n": [3]}, schema=schema), "event_id = 'b'")
-    found = table.lookup("event_id", pa.array(["b", "c"]))
-    assert found.to_pylist() == [{"event_id": "b", "n": 3}]
-    assert table.lookup("event_id", pa.array([], pa.string())).num_rows == 0
+    index = KeyIndex(table, "event_id")  # the stream's way: only the files whose key hashes match
+    for lookup in (partial(table.lookup, "event_id"), index.lookup):
+        found = lookup(pa.array(["b", "c"]))
+        assert found.to_pylist() == [{"event_id": "b", "n": 3}]
+        assert lookup(pa.array([], pa.string())).num_rows == 0
 
 
 def test_the_one_pass_split_gives_what_the_table_transforms_select(spark) -> None:

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -41,11 +40,10 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 
 from tidewater import faults
 from tidewater.errors import ConfigError, DeltaSourceError
-from tidewater.lake.files import HIVE_NULL, write_data_files
+from tidewater.lake.files import write_data_files
 from tidewater.lake.lock_options import lock_from_options
 from tidewater.lake.locks import WriterLock, holding
-from tidewater.lake.storage import filesystem
-from tidewater.lake.tables import DataFile, LakeTable
+from tidewater.lake.tables import DataFile, LakeTable, read_data_file
 
 
 @dataclass(frozen=True)
@@ -70,17 +68,7 @@ def _path(options: Any) -> str:
 def read_files(files: Sequence[DataFile], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     """Read data files, add their partition columns back, yield batches in ``schema``."""
     for data_file in files:
-        fs, path = filesystem(data_file.uri)
-        table = pq.read_table(path, filesystem=fs)
-        for name, value in data_file.partition_values.items():
-            if name in table.column_names:
-                continue
-            typ = schema.field(name).type
-            raw = None if value in (None, HIVE_NULL) else value
-            column = pa.array([raw] * table.num_rows, pa.string()).cast(typ)
-            table = table.append_column(name, column)
-        table = table.select(schema.names).cast(schema)
-        yield from table.to_batches(max_chunksize=65_536)
+        yield from read_data_file(data_file, schema).to_batches(max_chunksize=65_536)
 
 
 def group_files(files: Sequence[DataFile], *, target_bytes: int = 128 * 1024 * 1024) -> list[FileSlice]:

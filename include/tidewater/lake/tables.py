@@ -20,11 +20,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction, CommitProperties, Transaction
 
 from tidewater.errors import LakePathError
+from tidewater.lake.files import HIVE_NULL
 from tidewater.lake.storage import filesystem, storage_options
 
 log = logging.getLogger(__name__)
@@ -52,6 +54,20 @@ class DataFile:
     size: int
     partition_values: dict[str, str | None]
     num_records: int | None = None
+
+
+def read_data_file(data_file: DataFile, schema: pa.Schema, columns: Sequence[str] | None = None) -> pa.Table:
+    """One data file in ``schema`` (or only its ``columns``), partition columns added back from the log."""
+    names = list(columns) if columns is not None else schema.names
+    fs, path = filesystem(data_file.uri)
+    table = pq.read_table(path, filesystem=fs, columns=[n for n in names if n not in data_file.partition_values])
+    for name, value in data_file.partition_values.items():
+        if name in names and name not in table.column_names:
+            raw = None if value in (None, HIVE_NULL) else value
+            table = table.append_column(
+                name, pa.array([raw] * table.num_rows, pa.string()).cast(schema.field(name).type)
+            )
+    return table.select(names).cast(pa.schema([schema.field(name) for name in names]))
 
 
 class LakeTable:
@@ -138,7 +154,10 @@ class LakeTable:
 
     def files(self, *, version: int | None = None, timestamp: dt.datetime | str | None = None) -> list[DataFile]:
         """Live data files of a snapshot, with partition values (the log's view, not a directory listing)."""
-        table = self.open(version=version, timestamp=timestamp)
+        return self.files_of(self.open(version=version, timestamp=timestamp))
+
+    def files_of(self, table: DeltaTable) -> list[DataFile]:
+        """Live data files of an opened snapshot."""
         actions = pa.table(table.get_add_actions(flatten=True))
         partition_columns = [c for c in actions.column_names if c.startswith("partition.")]
         return [

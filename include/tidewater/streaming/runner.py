@@ -195,6 +195,7 @@ class PipelineStreams:
                 app_id=checkpoint.app_id,
                 query=self.query_name(pipeline.query_of(source, "silver")),
                 locks={t: layout.lock(table) for t, table in tables.items()},
+                index_max_keys=self.settings.dedup_index_max_keys,
             )
 
         bronze_lock = layout.lock(pipeline.table_of(source, "bronze"))

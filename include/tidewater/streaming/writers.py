@@ -20,6 +20,7 @@ from tidewater import dedup, faults, phase_clock
 from tidewater.connectors.kafka_publish import BatchPublisher, rows_to_records
 from tidewater.errors import TidewaterError, one_line
 from tidewater.lake import writes
+from tidewater.lake.key_index import DEFAULT_MAX_KEYS, KeyIndex
 from tidewater.lake.locks import WriterLock, holding
 from tidewater.lake.tables import LakeTable
 from tidewater.pipelines.base import STATUS_COLUMNS, GoldTable, Source
@@ -33,7 +34,8 @@ class SilverWriter:
     Parsing and validation are the pipeline's pure Spark transforms; their results (one micro-batch:
     small) go to the driver. There (unless the source keeps every copy: at-least-once delivery, where
     valid rows are appended as they are) the batch's valid rows meet the silver rows that already hold
-    their keys (:meth:`LakeTable.lookup`, under silver's lock), and :func:`tidewater.dedup.resolve`
+    their keys (:class:`~tidewater.lake.key_index.KeyIndex`, under silver's lock: only the silver files
+    whose key hashes match are read), and :func:`tidewater.dedup.resolve`
     decides: silver gains the first copy of each new key (an append), a copy that differs from the
     kept one goes to ``conflicts`` with both versions, an identical copy is counted. Events behind a
     gold watermark are *kept* here: that is what lets the late-data correction use them.
@@ -54,9 +56,11 @@ class SilverWriter:
         app_id: str,
         query: str,
         locks: dict[str, WriterLock] | None = None,
+        index_max_keys: int = DEFAULT_MAX_KEYS,
     ):
         self.source = source
         self.silver = silver
+        self.silver_keys = KeyIndex(silver, source.key, max_keys=index_max_keys)
         self.quarantine = quarantine
         self.conflicts = conflicts
         self.app_id = app_id
@@ -91,7 +95,7 @@ class SilverWriter:
             key = self.source.key
             with holding(self.locks.get("silver"), label):
                 with phase_clock.phase("silver key lookup"):
-                    existing = self.silver.lookup(key, valid.column(key).combine_chunks())
+                    existing = self.silver_keys.lookup(valid.column(key).combine_chunks())
                 with phase_clock.phase("de-duplicate"):
                     resolution = dedup.resolve(
                         valid, existing, key=key, compared=self.source.compared_columns, at=dt.datetime.now(dt.UTC)
