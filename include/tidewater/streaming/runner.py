@@ -174,6 +174,10 @@ class PipelineStreams:
         # The query's jobs run in its pool (see tidewater.spark.SOURCES_POOL); it keeps the property it starts with.
         pool = GOLD_POOL if tier.feeds is None else SOURCES_POOL
         self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", pool)
+        # A query copies the session's SQL conf when it starts; a restart takes its checkpoint's instead.
+        settings = self.settings
+        partitions = settings.gold_shuffle_partitions if tier.feeds is None else settings.spark_shuffle_partitions
+        self.spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
         query = writer.queryName(name).option("checkpointLocation", str(checkpoint.path)).trigger(**trigger).start()
         self.queries[tier.query] = query
         self._started[tier.query] = (tier, trigger)
