@@ -99,3 +99,39 @@ def test_an_event_the_rules_fail_on_is_skipped_not_fatal():
     events = [payment(0, T0), broken, payment(2, T0 + 2 * MINUTE, country="BR")]
     state, outputs = fold(FRAUD_RULES, None, events)
     assert [a["payment_id"] for a in outputs] == ["p-0002"] and len(state["recent"]) == 2
+
+
+def reference_step(state: dict | None, p: dict) -> tuple[dict, list[tuple[str, str]]]:
+    """The rules as the module docstring states them, one pass over the card's history each: the spec
+    the bisecting :func:`fraud.step` must match alert for alert."""
+    now = p["paid_at"]
+    recent = [e for e in (state or {}).get("recent", []) if e[0] > now - fraud.HORIZON_MS]
+    found = []
+    in_window = 1 + sum(1 for e in recent if e[0] > now - fraud.VELOCITY_WINDOW_MS)
+    if in_window > fraud.VELOCITY_COUNT:
+        before = sum(1 for e in recent if e[0] > recent[-1][0] - fraud.VELOCITY_WINDOW_MS)
+        if before <= fraud.VELOCITY_COUNT:
+            found.append((p["payment_id"], "velocity"))
+    profile = [e[1] for e in recent if e[0] > now - fraud.PROFILE_WINDOW_MS]
+    if len(profile) >= fraud.PROFILE_MIN_PAYMENTS and p["amount"] > fraud.SPIKE_FACTOR * sum(profile) / len(profile):
+        found.append((p["payment_id"], "amount_spike"))
+    if any(e[0] > now - fraud.TRAVEL_WINDOW_MS and e[2] != p["country"] for e in recent):
+        found.append((p["payment_id"], "impossible_travel"))
+    return {"recent": [*recent, [now, float(p["amount"]), p["country"]]]}, found
+
+
+def test_the_bisecting_rules_raise_what_the_plain_definition_does() -> None:
+    """Random card histories, hot bursts (hundreds of payments in minutes) included, in time order."""
+    rng = random.Random(13)
+    for trial in range(40):
+        at, state, spec = T0, None, None
+        burst = trial % 4 == 0
+        for i in range(400 if burst else 60):
+            at += rng.randrange(0, 20_000) if burst else rng.randrange(0, 6 * 60 * MINUTE)
+            p = payment(i, at, amount=rng.choice([5.0, 20.0, 21.5, 400.0]), country=rng.choice(["DE", "DE", "FR"]))
+            previous, before = state, json.dumps(state)
+            state, raised = fraud.step(previous, p)
+            spec, expected = reference_step(spec, p)
+            assert [(a["payment_id"], a["rule"]) for a in raised] == expected, (trial, i)
+            assert state == spec
+            assert json.dumps(previous) == before  # the state passed in is left as it was

@@ -20,6 +20,9 @@ needs silver from ``HORIZON`` before the interval it rebuilds, no more.
 
 from __future__ import annotations
 
+from bisect import bisect_right, insort
+from itertools import islice
+from operator import itemgetter
 from typing import Any
 
 from pyspark.sql.types import DoubleType, StringType, StructField, StructType, TimestampType
@@ -61,35 +64,51 @@ def step(state: State | None, payment: Payment) -> tuple[State, list[dict[str, A
     """The card's state after ``payment``, and the alerts it raises (``paid_at`` left in epoch ms).
 
     Every rule looks back at most ``HORIZON`` (the velocity rule compares with the count at the
-    previous payment, whose window lies within twice its own length, well inside it)."""
+    previous payment, whose window lies within twice its own length, well inside it).
+
+    ``recent`` is in time order (the fold feeds a card's payments in event-time order), so each window
+    is found by bisection: a card paying thousands of times within the horizon (a compromised one, a
+    bot) costs a logarithm per payment, not a pass over its whole history (400k bench payments took
+    510 s to fold when every rule scanned the list)."""
     now = int(payment["paid_at"])
-    recent = [p for p in (state or {}).get("recent", []) if p[0] > now - HORIZON_MS]
+    recent = (state or {}).get("recent", [])
+    recent = recent[_first_after(recent, now - HORIZON_MS) :]  # a copy: the state passed in stays as it was
     alerts: list[tuple[str, str]] = []
 
-    in_window = 1 + _count_since(recent, now - VELOCITY_WINDOW_MS)
+    in_window = 1 + len(recent) - _first_after(recent, now - VELOCITY_WINDOW_MS)
     if in_window > VELOCITY_COUNT:
         previous = recent[-1][0]  # there is one: the count includes it
-        if _count_since(recent, previous - VELOCITY_WINDOW_MS) <= VELOCITY_COUNT:
+        if len(recent) - _first_after(recent, previous - VELOCITY_WINDOW_MS) <= VELOCITY_COUNT:
             alerts.append(("velocity", f"{in_window} payments within {VELOCITY_WINDOW_MS // 60000} minutes"))
 
-    profile = [amount for t, amount, _ in recent if t > now - PROFILE_WINDOW_MS]
-    if len(profile) >= PROFILE_MIN_PAYMENTS:
-        mean = sum(profile) / len(profile)
+    first = _first_after(recent, now - PROFILE_WINDOW_MS)
+    if len(recent) - first >= PROFILE_MIN_PAYMENTS:
+        mean = sum(map(itemgetter(1), islice(recent, first, None))) / (len(recent) - first)
         if payment["amount"] > SPIKE_FACTOR * mean:
-            alerts.append(("amount_spike", f"{payment['amount']:.2f} vs a mean of {mean:.2f} over {len(profile)}"))
+            alerts.append(
+                ("amount_spike", f"{payment['amount']:.2f} vs a mean of {mean:.2f} over {len(recent) - first}")
+            )
 
-    elsewhere = [(t, c) for t, _, c in recent if t > now - TRAVEL_WINDOW_MS and c != payment["country"]]
-    if elsewhere:
-        t, country = elsewhere[-1]
-        alerts.append(("impossible_travel", f"{country} -> {payment['country']} in {(now - t) / 60000:.1f} minutes"))
+    for t, _, country in reversed(recent):  # the latest payment elsewhere within the window
+        if t <= now - TRAVEL_WINDOW_MS:
+            break
+        if country != payment["country"]:
+            alerts.append(
+                ("impossible_travel", f"{country} -> {payment['country']} in {(now - t) / 60000:.1f} minutes")
+            )
+            break
 
-    recent.append([now, float(payment["amount"]), payment["country"]])
+    insort(recent, [now, float(payment["amount"]), payment["country"]], key=_time)
     return {"recent": recent}, [_alert(payment, rule, detail) for rule, detail in alerts]
 
 
-def _count_since(recent: list[list[Any]], after_ms: int) -> int:
-    """Payments of ``recent`` (all processed so far, oldest first) later than ``after_ms``."""
-    return sum(1 for p in recent if p[0] > after_ms)
+def _time(entry: list[Any]) -> int:
+    return entry[0]
+
+
+def _first_after(recent: list[list[Any]], after_ms: int) -> int:
+    """Index of the first payment of ``recent`` (time order) later than ``after_ms``."""
+    return bisect_right(recent, after_ms, key=_time)
 
 
 def _alert(payment: Payment, rule: str, detail: str) -> dict[str, Any]:
