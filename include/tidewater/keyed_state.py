@@ -10,8 +10,8 @@ platform folds it over each key's events **in event-time order** (ties broken by
   it (the timer fires) the events it passed are folded in order, the machine's state is saved and its outputs
   are emitted (append mode). The watermark delay is the price of determinism: an event is never
   folded before every event that precedes it could have arrived;
-* on a batch (a recompute, a replay, a correction), the same fold runs in ``applyInPandas`` over each
-  key's events sorted the same way, from no state.
+* on a batch (a recompute, a replay, a correction), the same fold runs in ``mapInArrow`` over each
+  key's events (clustered by key, one Python call per partition) sorted the same way, from no state.
 
 A machine may also act on **silence**: its ``deadline(state)`` names an event time (a machine gone
 quiet, an hour to close) and ``on_deadline(state, at)`` runs once event time passes it with no earlier
@@ -148,7 +148,8 @@ def keyed_state_machine(events: DataFrame, *, machine: KeyedMachine, key: str, w
     """``machine`` folded over each ``key``'s events: its outputs as rows of ``machine.output_schema``.
 
     Streaming input: ``transformWithStateInPandas`` with state and event-time timers; batch input:
-    ``applyInPandas`` from no state. Both fold with :func:`fold` (see the module docstring)."""
+    ``mapInArrow`` over the events clustered by key, from no state. Both fold with :func:`fold` (see the
+    module docstring)."""
     columns = list(dict.fromkeys([key, *machine.event_columns]))
     selected = events.select(*columns)
     if not events.isStreaming:

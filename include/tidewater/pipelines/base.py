@@ -237,7 +237,7 @@ class KeyedStateMachine(GoldTable):
     """What a per-key state machine outputs (fraud alerts per card, a machine gone silent): ``build``
     runs :func:`tidewater.keyed_state.keyed_state_machine`, which folds one pure ``step`` over each
     key's events in event-time order, on the stream (``transformWithStateInPandas``, RocksDB state,
-    event-time timers) and on a batch (``applyInPandas``) alike.
+    event-time timers) and on a batch (``mapInArrow``, the events clustered by key) alike.
 
     A row spans the instant of its ``time_column`` (the event that produced it), or up to its
     ``end_column``, and is final once the watermark passes its end. The machine looks back at most

@@ -2,7 +2,7 @@
 
 :func:`step` takes the card's state and its next payment and returns the new state and the alerts
 that payment raises. The stream (a ``transformWithStateInPandas`` processor) and the batch recompute
-(``applyInPandas`` over the card's history) both fold it over the card's payments in event-time
+(``mapInArrow`` over the card's history) both fold it over the card's payments in event-time
 order (:mod:`tidewater.keyed_state`), so both raise the same alerts.
 
 Rules (each alert belongs to the payment that raises it):
