@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import reduce
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -239,11 +240,25 @@ def watermark_safe(events: DataFrame, time_column: str, max_lead: str, *, metric
     return observed.where(~ahead)
 
 
+def watermarked_union(frames: Sequence[DataFrame], *, time_column: str, watermark: str) -> DataFrame:
+    """The union of several inputs' events (same columns), each watermarked on its own first.
+
+    One watermark over the union would follow the input furthest ahead: when one source's silver runs
+    ahead of another's (its query drained its backlog first), the other's events behind it would be
+    dropped as late. Spark's watermark over several is their minimum, an input without data yet
+    counting as 0, so it waits for the slowest (what the batch path assumes:
+    :func:`tidewater.batch.windows.gold_closed_before`). Aggregate the result with ``watermark=None``
+    (Spark disallows redefining a watermark). On batch DataFrames the watermarks change nothing.
+    """
+    first, *rest = (frame.withWatermark(time_column, watermark) for frame in frames)
+    return reduce(DataFrame.unionByName, rest, first)
+
+
 def windowed_counts(
     events: DataFrame,
     *,
     time_column: str,
-    watermark: str,
+    watermark: str | None,
     window: str,
     slide: str | None = None,
     group_by: Sequence[str],
@@ -252,7 +267,8 @@ def windowed_counts(
     """Event-time window aggregates: tumbling when ``slide`` is None, hopping otherwise.
 
     Windows are start-inclusive, end-exclusive (Spark's ``window``). The watermark makes the
-    streaming aggregation finite; on a batch DataFrame it changes nothing.
+    streaming aggregation finite; on a batch DataFrame it changes nothing. ``watermark`` None: the
+    events carry theirs already (:func:`watermarked_union`).
     """
     bucket = F.window(time_column, window, slide) if slide else F.window(time_column, window)
     return _aggregate(events, time_column, watermark, bucket, group_by, measures)
@@ -279,15 +295,15 @@ def session_aggregates(
 def _aggregate(
     events: DataFrame,
     time_column: str,
-    watermark: str,
+    watermark: str | None,
     bucket: Column,
     group_by: Sequence[str],
     measures: Mapping[str, Column],
 ) -> DataFrame:
     """Watermarked aggregate per (time bucket, keys), the bucket's bounds as ``window_start``/``window_end``."""
+    watermarked = events if watermark is None else events.withWatermark(time_column, watermark)
     return (
-        events.withWatermark(time_column, watermark)
-        .groupBy(bucket.alias("w"), *group_by)
+        watermarked.groupBy(bucket.alias("w"), *group_by)
         .agg(*[column.alias(name) for name, column in measures.items()])
         .select(
             F.col("w.start").alias("window_start"),

@@ -51,7 +51,7 @@ from tidewater.pipelines.samples import (
     set_field,
     truncated_json,
 )
-from tidewater.transforms import bounded_join, windowed_counts
+from tidewater.transforms import bounded_join, watermarked_union, windowed_counts
 
 WATERMARK = "2 minutes"
 CLICK_BOUND = "10 minutes"  # a click counts for its impression this long after it was shown
@@ -148,9 +148,9 @@ def ctr_per_campaign(impressions: DataFrame, clicks: DataFrame) -> DataFrame:
     shown = impressions.select("campaign_id", F.col("shown_at").alias("at"), F.lit(1).alias("i"), F.lit(0).alias("c"))
     clicked = clicks.select("campaign_id", F.col("clicked_at").alias("at"), F.lit(0).alias("i"), F.lit(1).alias("c"))
     counts = windowed_counts(
-        shown.unionByName(clicked),
+        watermarked_union((shown, clicked), time_column="at", watermark=WATERMARK),  # each input its own
         time_column="at",
-        watermark=WATERMARK,
+        watermark=None,
         window=CTR_WINDOW,
         group_by=("campaign_id",),
         measures={"impressions": F.sum("i"), "clicks": F.sum("c")},

@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from tidewater import transforms
@@ -66,6 +66,29 @@ class Tier:
     source: str
     target: str
     feeds: str | None = None  # the pipeline source a bronze/silver tier is of (None: a gold tier)
+
+
+def gold_inputs(spark: SparkSession, layout: PipelineLayout, gold: GoldTable) -> list[DataFrame]:
+    """The silver stream of each input of ``gold``, in its declared order, as ``gold.build`` takes them:
+    appends only, and watermark-safe (an event ahead of the clock cannot make on-time events late).
+
+    ``build`` sets the watermarks (Spark disallows a second one on a watermarked column). A build that
+    combines event inputs watermarks each before combining them (:func:`tidewater.transforms.watermarked_union`).
+    """
+    inputs = layout.pipeline.inputs(gold)
+    return [
+        # Batch recomputes overwrite silver intervals; the stream follows appends only.
+        transforms.watermark_safe(
+            spark.readStream.format("tidewater-delta")
+            .option("skipChangeCommits", "true")
+            .load(layout.source_table(source, "silver").uri),
+            source.event_time,
+            source.max_event_lead,
+            # one observed metric per input: Spark needs their names unique within a query
+            metric=transforms.HELD_METRIC if len(inputs) == 1 else f"{transforms.HELD_METRIC}_{source.name}",
+        )
+        for source in inputs
+    ]
 
 
 class PipelineStreams:
@@ -226,23 +249,10 @@ class PipelineStreams:
         )
 
     def _gold_writer(self, tier: Tier, checkpoint: Checkpoint, name: str) -> DataStreamWriter:
-        """Silver of the table's inputs (each watermark-safe) -> the kind's output mode -> MERGE."""
+        """Silver of the table's inputs (see :func:`gold_inputs`) -> the kind's output mode -> MERGE."""
         assert self.spark is not None
         gold = self.pipeline.gold_table(tier.query.removeprefix("gold_"))
-        inputs = self.pipeline.inputs(gold)
-        silvers = [
-            # Batch recomputes overwrite silver intervals; the stream follows appends only.
-            transforms.watermark_safe(
-                self.spark.readStream.format("tidewater-delta")
-                .option("skipChangeCommits", "true")
-                .load(self.layout.source_table(source, "silver").uri),
-                source.event_time,
-                source.max_event_lead,
-                # one observed metric per input: Spark needs their names unique within a query
-                metric=transforms.HELD_METRIC if len(inputs) == 1 else f"{transforms.HELD_METRIC}_{source.name}",
-            )
-            for source in inputs
-        ]
+        silvers = gold_inputs(self.spark, self.layout, gold)
         return (
             gold.rows(*silvers)
             .writeStream.outputMode(gold.output_mode)
