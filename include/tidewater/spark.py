@@ -17,6 +17,19 @@ from tidewater.processes import scratch_dir, spark_child_env
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
+# The streaming job's scheduler pools. Its queries share the cores; under Spark's default FIFO a gold
+# query's job, submitted first, holds every slot until its tasks end, and a source's micro-batch (the
+# silver latency users see) waits behind it. A pool below its minShare is served first, so a source's
+# task takes the next free slot; gold takes the rest.
+SOURCES_POOL = "sources"
+GOLD_POOL = "gold"
+SCHEDULER_POOLS_XML = f"""<?xml version="1.0"?>
+<allocations>
+  <pool name="{SOURCES_POOL}"><schedulingMode>FIFO</schedulingMode><weight>4</weight><minShare>2</minShare></pool>
+  <pool name="{GOLD_POOL}"><schedulingMode>FAIR</schedulingMode><weight>1</weight><minShare>0</minShare></pool>
+</allocations>
+"""
+
 
 def prepare_environment(settings: Settings) -> None:
     """Environment the JVM and Python workers inherit: the venv interpreter, loopback, our settings."""
@@ -86,6 +99,8 @@ def session_conf(
     }
     if scratch:
         conf |= {"spark.local.dir": scratch, "spark.driver.extraJavaOptions": f"-Djava.io.tmpdir={scratch}"}
+        if streaming:
+            conf |= {"spark.scheduler.mode": "FAIR", "spark.scheduler.allocation.file": scheduler_pools_file(scratch)}
     if not is_local_master(settings.spark_master):
         conf |= {
             "spark.cores.max": str(settings.spark_cores_max),
@@ -97,10 +112,17 @@ def session_conf(
     return conf
 
 
+def scheduler_pools_file(scratch: str) -> str:
+    return os.path.join(scratch, "scheduler-pools.xml")
+
+
 def build_session(settings: Settings, app_name: str = "tidewater", *, streaming: bool = False) -> SparkSession:
     prepare_environment(settings)
     builder = SparkSession.builder.master(settings.spark_master).appName(app_name)
     scratch = scratch_dir(os.path.join(settings.state_dir, "scratch"))
+    if streaming:
+        with open(scheduler_pools_file(scratch), "w", encoding="utf-8") as handle:
+            handle.write(SCHEDULER_POOLS_XML)
     for key, value in session_conf(settings, scratch=scratch, streaming=streaming).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
+import xml.etree.ElementTree as ET
+
 from tidewater.config import Settings
-from tidewater.spark import ROCKSDB_PROVIDER, executor_env, is_local_master, session_conf
+from tidewater.spark import (
+    GOLD_POOL,
+    ROCKSDB_PROVIDER,
+    SCHEDULER_POOLS_XML,
+    SOURCES_POOL,
+    executor_env,
+    is_local_master,
+    session_conf,
+)
 
 S3 = {"AWS_ACCESS_KEY_ID": "key", "AWS_SECRET_ACCESS_KEY": "secret", "PYSPARK_PYTHON": "/venv/bin/python"}
 
@@ -90,3 +100,19 @@ def test_the_streaming_job_has_its_own_heap() -> None:
     assert session_conf(settings, {})["spark.driver.memory"] == "3g"
     assert session_conf(settings, {}, streaming=True)["spark.driver.memory"] == "768m"
     assert Settings().stream_driver_memory == "1g"
+
+
+def test_the_streaming_job_serves_its_sources_before_gold() -> None:
+    """A source's micro-batch (silver latency) takes the next free core; a gold job gets the rest."""
+    streaming = session_conf(Settings(), {}, scratch="/state/scratch/7", streaming=True)
+    assert streaming["spark.scheduler.mode"] == "FAIR"
+    assert streaming["spark.scheduler.allocation.file"] == "/state/scratch/7/scheduler-pools.xml"
+    batch = session_conf(Settings(), {}, scratch="/state/scratch/7")
+    assert "spark.scheduler.mode" not in batch and "spark.scheduler.allocation.file" not in batch
+
+    pools = {pool.get("name"): pool for pool in ET.fromstring(SCHEDULER_POOLS_XML).iter("pool")}
+    assert set(pools) == {SOURCES_POOL, GOLD_POOL}
+    share = {name: int(pool.findtext("minShare")) for name, pool in pools.items()}
+    weight = {name: int(pool.findtext("weight")) for name, pool in pools.items()}
+    assert share[SOURCES_POOL] >= 2 and share[GOLD_POOL] == 0  # local[2]: both cores on a source's demand
+    assert weight[SOURCES_POOL] > weight[GOLD_POOL]

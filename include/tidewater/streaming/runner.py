@@ -42,6 +42,7 @@ from tidewater.lake.lock_options import lock_options
 from tidewater.lake.tables import LakeTable, check_lake_root
 from tidewater.pipelines.base import Delivery, GoldTable, Pipeline, Source
 from tidewater.pipelines.layout import PipelineLayout
+from tidewater.spark import GOLD_POOL, SOURCES_POOL
 from tidewater.streaming.checkpoint import Checkpoint, claim
 from tidewater.streaming.progress import ProgressRecorder
 from tidewater.streaming.retention import RetentionWatch
@@ -193,6 +194,13 @@ class PipelineStreams:
             writer = self._gold_writer(tier, checkpoint, name)
         else:
             writer = self._source_writer(tier, checkpoint, name, self.pipeline.source(tier.feeds))
+        # The query's jobs run in its pool (see tidewater.spark.SOURCES_POOL); it keeps the property it starts with.
+        pool = GOLD_POOL if tier.feeds is None else SOURCES_POOL
+        self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", pool)
+        # A query copies the session's SQL conf when it starts; a restart takes its checkpoint's instead.
+        settings = self.settings
+        partitions = settings.gold_shuffle_partitions if tier.feeds is None else settings.spark_shuffle_partitions
+        self.spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
         query = writer.queryName(name).option("checkpointLocation", str(checkpoint.path)).trigger(**trigger).start()
         self.queries[tier.query] = query
         self._started[tier.query] = (tier, trigger)
