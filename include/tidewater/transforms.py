@@ -249,6 +249,9 @@ def watermarked_union(frames: Sequence[DataFrame], *, time_column: str, watermar
     counting as 0, so it waits for the slowest (what the batch path assumes:
     :func:`tidewater.batch.windows.gold_closed_before`). Aggregate the result with ``watermark=None``
     (Spark disallows redefining a watermark). On batch DataFrames the watermarks change nothing.
+    Not for a changelog (a gold table's ``history`` input): quiet for hours, it would hold the stream
+    back; vending's machine events keep one watermark over telemetry and changes, and a change behind
+    it is folded by the late-data correction.
     """
     first, *rest = (frame.withWatermark(time_column, watermark) for frame in frames)
     return reduce(DataFrame.unionByName, rest, first)
