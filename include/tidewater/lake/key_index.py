@@ -136,15 +136,17 @@ class KeyIndex:
         """Files whose hashes include one of ``probe``."""
         found = {path for path, hashes in self._recent.items() if _any_in(probe, hashes)}
         if len(self._merged):
-            lo = np.searchsorted(self._merged, probe, side="left")
-            hi = np.searchsorted(self._merged, probe, side="right")
+            lo, hi = _matching(self._merged, probe)
             for start, stop in zip(lo[hi > lo], hi[hi > lo], strict=True):
                 found.update(self._paths[number] for number in self._merged_file[start:stop])
         return found
 
 
+def _matching(sorted_hashes: np.ndarray, probe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per probe, the range ``[lo, hi)`` of ``sorted_hashes`` equal to it (empty: not there)."""
+    return np.searchsorted(sorted_hashes, probe, side="left"), np.searchsorted(sorted_hashes, probe, side="right")
+
+
 def _any_in(probe: np.ndarray, sorted_hashes: np.ndarray) -> bool:
-    if not len(sorted_hashes):
-        return False
-    at = np.searchsorted(sorted_hashes, probe)
-    return bool(np.any(sorted_hashes[np.minimum(at, len(sorted_hashes) - 1)] == probe))
+    lo, hi = _matching(sorted_hashes, probe)
+    return bool(np.any(hi > lo))
