@@ -169,30 +169,12 @@ def keyed_state_machine(events: DataFrame, *, machine: KeyedMachine, key: str, w
     )
 
 
-# ---- conversions between pandas rows and the machine's plain values ---------------------------------
-
-
-def _ms(value: Any) -> int:
-    """A timestamp from pandas (naive UTC: the session time zone is UTC) as epoch milliseconds."""
-    return int(pd.Timestamp(value).value // 1_000_000)
+# ---- conversions between Spark rows (pandas on the stream, Arrow on a batch) and plain values -----------
 
 
 def _events(frame: pd.DataFrame, machine: KeyedMachine) -> list[Event]:
-    out: list[Event] = []
-    timestamps = {c for c in frame.columns if pd.api.types.is_datetime64_any_dtype(frame[c])}
-    for row in frame.to_dict("records"):
-        event = {c: (None if pd.isna(v) else _ms(v)) if c in timestamps else _plain(v) for c, v in row.items()}
-        if event.get(machine.time_column) is None:
-            continue  # silver never holds one; a machine cannot place it in time
-        out.append(event)
-    return out
-
-
-def _plain(value: Any) -> Any:
-    """numpy scalars -> Python values (JSON for the state, equality for the tests)."""
-    if value is None or (isinstance(value, float) and value != value):
-        return None
-    return value.item() if hasattr(value, "item") else value
+    """A stream group's rows as the machine's plain values: the batch side's conversion (:func:`_arrow_events`)."""
+    return _timed(_arrow_events(pa.RecordBatch.from_pandas(frame, preserve_index=False)), machine)
 
 
 def _frame(outputs: Sequence[Output], schema: StructType) -> pd.DataFrame:
@@ -229,7 +211,8 @@ def _batch_fold(machine: KeyedMachine, key: str) -> Callable[[Iterator[pa.Record
 
 
 def _arrow_events(batch: pa.RecordBatch) -> list[Event]:
-    """Rows as the machine's plain values: timestamps as epoch milliseconds (floored, as :func:`_ms`), NaN as None."""
+    """Rows as the machine's plain values (Python's, for the JSON state and equality): timestamps as
+    epoch milliseconds, floored; NaN as None. The one conversion both sides use."""
     columns = {}
     for name, column in zip(batch.schema.names, batch.columns, strict=True):
         if pa.types.is_timestamp(column.type):
@@ -244,7 +227,8 @@ def _arrow_events(batch: pa.RecordBatch) -> list[Event]:
 
 
 def _timed(events: list[Event], machine: KeyedMachine) -> list[Event]:
-    return [e for e in events if e.get(machine.time_column) is not None]  # no time: not placeable
+    """Events a machine can place in time (silver never holds one without)."""
+    return [e for e in events if e.get(machine.time_column) is not None]
 
 
 def _arrow_batch(outputs: Sequence[Output], schema: pa.Schema) -> pa.RecordBatch:
