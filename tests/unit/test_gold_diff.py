@@ -5,11 +5,19 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import random
 
 import pyarrow as pa
 import pytest
 
-from tidewater.batch.gold_diff import measure_columns, plan_correction, reconcile_recompute, to_json
+from tidewater.batch.gold_diff import (
+    _reconcile_recompute_columns,
+    _reconcile_recompute_rows,
+    measure_columns,
+    plan_correction,
+    reconcile_recompute,
+    to_json,
+)
 from tidewater.batch.interval import Interval
 from tidewater.batch.ledger import LEDGER_SCHEMA, change_key, entries_for
 from tidewater.batch.predicates import Selection, coerce_entities
@@ -273,10 +281,6 @@ def test_recompute_decided_in_columns_equals_the_row_by_row_definition():
     """Random published and recomputed windows (finals, provisionals, revisions, missing and removed
     rows, null and NaN measures): the column-wise reconcile gives the definition's rows, in its order,
     and its ledger changes, in its order."""
-    import random
-
-    from tidewater.batch.gold_diff import _reconcile_recompute_columns, _reconcile_recompute_rows
-
     schema = SCHEMA.append(pa.field("share", pa.float64()))
     rng = random.Random(7)
 
