@@ -422,7 +422,17 @@ def test_two_recomputes_from_two_process_trees_are_serialized_by_the_postgres_lo
     the events it held (a recompute reproduces the stream). The stream is stopped first, so the only
     waiters are the two recomputes; it is stopped as from the UI, through the control DAG."""
     settings = profile.settings()
-    layout = PipelineLayout.of(settings, get_pipeline("rsvps"))
+    pipeline = get_pipeline("rsvps")
+    layout = PipelineLayout.of(settings, pipeline)
+    # The backfill test (next) compares the gold windows the stream had closed. On the stream's one core,
+    # sources first, gold runs a batch or two behind silver, and the driver was just relaunched: let every
+    # gold query's watermark pass the 10:00 events' windows before stopping it.
+    closed = dt.datetime(2026, 11, 25, 10, 10, tzinfo=dt.UTC)
+    wait_for(
+        lambda: all(_last_watermark(layout, f"gold_{g.name}") >= closed for g in pipeline.gold),
+        timeout_s=240,
+        what="every gold query's watermark past the 10:00 events' windows",
+    )
     # Stopped from the UI's control DAG (a stop request the driver polls; no signal needed on a cluster).
     control = StreamControl(settings, "rsvps")
     assert run_dag(settings, "tidewater_stream_control", {"pipeline": "rsvps", "action": "stop"}) == "success"
@@ -513,9 +523,9 @@ def test_a_rest_backfill_on_postgres_recomputes_and_audits_an_hour_like_the_stre
     dag_id = "tidewater_batch_rsvps"
     hour = "2026-11-25T10:00:00+00:00"
     silver_before = _rows(profile, layout.table_uri("silver"))
-    # The windows the stream had closed: its gold queries' last watermark passed their end. (Gold may lag
-    # silver when the stream is stopped, sources having the cores first; a window it had not closed may
-    # lack events the backfill counts.)
+    # The windows the stream had closed: its gold queries' last watermark passed their end (the previous
+    # test waited for it to pass the 10:00 events' windows). Gold may lag silver when the stream is
+    # stopped, sources having the cores first; a window it had not closed may lack events the backfill counts.
     gold_before = {
         g.name: [
             row
