@@ -29,7 +29,6 @@ import argparse
 import json
 import os
 import platform
-import signal
 import subprocess
 import sys
 import tempfile
@@ -47,7 +46,7 @@ from tidewater.connectors.kafka_publish import read_committed
 from tidewater.generator.producer import ensure_topic, produce
 from tidewater.pipelines import get_pipeline
 from tidewater.pipelines.samples import GeneratorConfig
-from tidewater.processes import spark_child_env, stop_process_group
+from tidewater.processes import exit_on_sigterm, spark_child_env, stop_process_group
 
 PAYMENTS = get_pipeline("payments")
 GOLD = "fraud_alerts"
@@ -301,8 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         return worker(Path(args.worker), args.parent)
 
-    # A SIGTERM runs the clean-up below (broker and Spark child stopped) instead of leaving them behind.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    exit_on_sigterm()  # the clean-up below (broker and Spark child stopped) runs instead of leaving them behind
     started = time.monotonic()
     memory_gib = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30
     machine = f"{os.cpu_count()} cores, {memory_gib:.0f} GiB, {platform.platform()}"

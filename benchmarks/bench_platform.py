@@ -33,6 +33,7 @@ from tidewater.config import Settings
 from tidewater.orchestration.supervisor import RUNNING, StreamControl
 from tidewater.pipelines import all_pipelines
 from tidewater.pipelines.layout import PipelineLayout
+from tidewater.processes import exit_on_sigterm
 
 BIN = Path(sys.executable).parent
 
@@ -51,6 +52,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=120.0, help="how long to sample memory once running")
     parser.add_argument("--rate", type=float, default=150.0, help="generated events per second, per pipeline")
     args = parser.parse_args()
+    exit_on_sigterm()  # a killed bench still stops the platform it started
 
     state = tempfile.mkdtemp(prefix="tidewater-bench-platform-")
     settings = Settings(state_dir=str(Path(state) / "state"), airflow_port=free_port())

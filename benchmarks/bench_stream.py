@@ -66,7 +66,7 @@ from tidewater.orchestration.assets import job_result
 from tidewater.pipelines import all_pipelines, get_pipeline
 from tidewater.pipelines.base import Pipeline
 from tidewater.pipelines.layout import PipelineLayout
-from tidewater.processes import spark_child_env, stop_process_group
+from tidewater.processes import exit_on_sigterm, spark_child_env, stop_process_group
 from tidewater.streaming.jobs import launch_stream_job
 from tidewater.times import parse_time
 
@@ -614,6 +614,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error("--runs must be at least 1")
+    exit_on_sigterm()  # a killed bench still stops its job, broker and cluster
     available = {name: p for name, p in all_pipelines().items() if p.sample_events is not None}
     names = args.pipelines.split(",") if args.pipelines else sorted(available)
     unknown = [n for n in names if n not in available]

@@ -118,6 +118,12 @@ def stop_process_group(process: subprocess.Popen[bytes], *, timeout_s: float) ->
         process.wait(timeout=10)
 
 
+def exit_on_sigterm() -> None:
+    """Make SIGTERM raise ``SystemExit(143)`` in the main thread, so a command killed that way (a
+    benchmark stopped by ``kill``) still runs its ``finally`` blocks and stops what it started."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+
 class StopOnSignal:
     """SIGINT/SIGTERM set an event instead of raising, so shutdown runs in order."""
 
