@@ -66,7 +66,7 @@ from tidewater.orchestration.assets import job_result
 from tidewater.pipelines import all_pipelines, get_pipeline
 from tidewater.pipelines.base import Pipeline
 from tidewater.pipelines.layout import PipelineLayout
-from tidewater.processes import exit_on_sigterm, spark_child_env, stop_process_group
+from tidewater.processes import Terminated, exit_on_sigterm, spark_child_env, stop_process_group
 from tidewater.streaming.jobs import launch_stream_job
 from tidewater.times import parse_time
 
@@ -205,10 +205,13 @@ def phase_settings(base: Settings, pipeline: Pipeline, phase: str, run: int, wor
     return base.replace(state_dir=str(work / label), lake_root=lake, kafka_topic_prefix=f"{label}-")
 
 
+DRAIN_BATCH = 100_000  # records per micro-batch while draining
+
+
 def measure_throughput(base: Settings, pipeline: Pipeline, backlog: int, run: int, work: Path) -> dict[str, Any]:
     # Batches of 100k: the first (cold JVM) batch is a small part of the backlog, and the slope
     # below is taken between 20% and 90% of it, i.e. at steady state.
-    settings = phase_settings(base, pipeline, "throughput", run, work).replace(max_offsets_per_trigger=100_000)
+    settings = phase_settings(base, pipeline, "throughput", run, work).replace(max_offsets_per_trigger=DRAIN_BATCH)
     create_topics(settings, pipeline)
     produce_s, events_from_ms = preload(settings, pipeline, backlog)
     records = produced_records(settings, pipeline)
@@ -472,6 +475,8 @@ def attempt(figures: dict[str, Any], measure: str, run: Callable[[], dict[str, A
     pipeline's failure does not end the other pipelines' runs."""
     try:
         figures[measure] = run()
+    except Terminated:  # the bench itself was killed: stop, cleaning up on the way out
+        raise
     except SystemExit as exc:
         figures.setdefault("failed", []).append(f"{measure}: {exc}")
         print(f"    FAILED: {exc}", flush=True)
@@ -614,6 +619,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error("--runs must be at least 1")
+    if args.backlog < 3 * DRAIN_BATCH:
+        parser.error(
+            f"--backlog must be at least {3 * DRAIN_BATCH:,}: the drain rate is taken between 20% and 90% of "
+            f"it, and a micro-batch drains {DRAIN_BATCH:,} records"
+        )
     exit_on_sigterm()  # a killed bench still stops its job, broker and cluster
     available = {name: p for name, p in all_pipelines().items() if p.sample_events is not None}
     names = args.pipelines.split(",") if args.pipelines else sorted(available)

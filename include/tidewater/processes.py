@@ -118,10 +118,20 @@ def stop_process_group(process: subprocess.Popen[bytes], *, timeout_s: float) ->
         process.wait(timeout=10)
 
 
+class Terminated(SystemExit):
+    """SIGTERM arrived (see :func:`exit_on_sigterm`). A ``SystemExit`` (code 143), so uncaught it ends
+    the process quietly; its own type, so code that catches ``SystemExit`` from a failed child step
+    can let this one through."""
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    raise Terminated(143)
+
+
 def exit_on_sigterm() -> None:
-    """Make SIGTERM raise ``SystemExit(143)`` in the main thread, so a command killed that way (a
+    """Make SIGTERM raise :class:`Terminated` in the main thread, so a command killed that way (a
     benchmark stopped by ``kill``) still runs its ``finally`` blocks and stops what it started."""
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGTERM, _terminate)
 
 
 class StopOnSignal:
