@@ -6,9 +6,10 @@ Spark (the spark-submit job for the kills), real Delta, read back with delta-rs 
 * ``meters_at_least_once``: killed between bronze's Delta commit and Spark's checkpoint commit, then
   resumed: every record reached the tables (nothing lost) and every re-send is a second silver row;
   the audit passes and reports the copies kept.
-* ``meters_at_most_once``: killed while it streams, readings sent while it is down, then resumed: it
-  starts at the latest offsets, so what was sent while it was down is never processed, and nothing
-  is processed twice; the audit passes and reports the losses.
+* ``meters_at_most_once``: killed right after a micro-batch reached bronze (before silver and
+  quarantine), readings sent while it is down, then resumed: it starts at the latest offsets, so
+  neither that batch nor what was sent while it was down is processed, and nothing is processed
+  twice; the audit passes and reports the losses, the interrupted batch's malformed records included.
 """
 
 from __future__ import annotations
@@ -115,12 +116,12 @@ def test_at_most_once_never_repeats_and_reports_what_it_lost(feeds, spark, broke
     first, down, after = all_readings[:600], all_readings[600:1000], all_readings[1000:]
     send(settings, topic, first)
     log = tmp_path / "job.log"
-    job = launch_stream_job(settings, pipeline.name, log)
+    # The driver kills itself (SIGKILL) right after its first micro-batch reached bronze: that batch is
+    # in neither silver nor quarantine, and at-most-once never runs it again.
+    crash = {CRASH_AFTER_COMMIT: f"{layout.namespace}.{pipeline.name}.bronze:0"}
+    job = launch_stream_job(settings, pipeline.name, log, extra_env=crash)
     try:
-        silver = layout.table("silver")
-        wait_for(lambda: silver.exists() and silver.version() > 0, timeout_s=300, what="silver's first batch", log=log)
-        os.killpg(job.pid, signal.SIGKILL)
-        job.wait(timeout=30)
+        assert job.wait(timeout=300) == -signal.SIGKILL, log.read_text()[-3000:]
         send(settings, topic, down)  # while no job runs: an at-most-once consumer never sees these
         resumed = time.time()
         job = launch_stream_job(settings, pipeline.name, log)
@@ -151,9 +152,17 @@ def test_at_most_once_never_repeats_and_reports_what_it_lost(feeds, spark, broke
     assert not silver_ids.keys() & {r.reading_id for r in down}  # sent while down: never processed
     never_read = len(all_readings) - len(bronze)
     assert never_read >= len(down)
-    # a batch the kill interrupted may have reached bronze but not silver: lost too, never re-run
+    # a batch the kill interrupted may have reached bronze but neither silver nor quarantine: lost too,
+    # never re-run (its valid records miss silver, its malformed ones quarantine)
     valid = {r.value: r.reading_id for r in all_readings if r.kind != "malformed"}
-    stranded = sum(1 for r in bronze if r["value"] in valid and valid[r["value"]] not in silver_ids)
+    malformed = {r.value for r in all_readings if r.kind == "malformed"}
+    quarantined = {(q["kafka_partition"], q["kafka_offset"]) for q in delta_rows(layout, "quarantine")}
+    stranded_valid = sum(1 for r in bronze if r["value"] in valid and valid[r["value"]] not in silver_ids)
+    stranded_rejected = sum(
+        1 for r in bronze if r["value"] in malformed and (r["partition"], r["offset"]) not in quarantined
+    )
+    assert stranded_valid and stranded_rejected  # the crash left both kinds behind
+    stranded = stranded_valid + stranded_rejected
     row = reconciliation(spark, settings, pipeline)
     assert row.success, row.failures
     assert row.counts["delivery"] == "at_most_once"

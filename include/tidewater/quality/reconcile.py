@@ -12,7 +12,7 @@
   duplicate (a Kafka record in bronze twice, a key twice in silver); at-least-once fails on a loss and
   reports the copies silver kept (``duplicate_copies_kept``); at-most-once fails on a duplicate and
   reports the losses (``lost_records``: offsets never read plus records of an interrupted batch that
-  reached bronze but not silver).
+  reached bronze but neither silver nor quarantine).
 * **sequence gaps** (only for a source that declares ``sequence=(producer, seq)``): per producer,
   sequence numbers missing between the lowest and highest of the interval's first copies: records
   lost upstream of Kafka (or unreadable ones: records whose producer/sequence did not parse cannot
@@ -118,13 +118,16 @@ def reconcile(
         failures.append(
             f"silver holds {copies} extra row(s) for keys it holds already: {delivery.value} keeps one per key"
         )
+    unquarantined = rejected_count - quarantined
     if delivery.may_lose:
-        counts["lost_records"] = never_read + missing
-        accounted += missing  # reported, not a failure: the promise allows it
+        # An interrupted batch that reached bronze is never re-run: its valid records miss silver and
+        # its rejected ones miss quarantine. Reported, not a failure: the promise allows it.
+        counts["lost_records"] = never_read + missing + unquarantined
+        accounted += missing + unquarantined
     if accounted != counts["bronze_rows"]:
         failures.append(
             f"bronze {counts['bronze_rows']} != silver {kept} + duplicates removed {dup} + quarantined {quarantined}"
-            f" ({missing} valid records missing from silver, {rejected_count - quarantined} rejected records "
+            f" ({missing} valid records missing from silver, {unquarantined} rejected records "
             "missing from quarantine)"
         )
     if phantom or stray:
