@@ -488,14 +488,19 @@ def test_an_asset_event_on_gold_runs_a_users_dag_and_the_ui_shows_what_triggered
 
     driver = browser_factory()
     sign_in(driver, ui_server, f"/dags/rsvps_gold_consumer/runs/{run['dag_run_id']}")
+    from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.support.ui import WebDriverWait
 
     def body() -> str:
-        return str(driver.find_element("tag name", "body").text)
+        # The page's text in one script call: Airflow's UI re-renders as it loads, and a <body> element
+        # found first went stale before its text was read (seen in CI).
+        return str(driver.execute_script("return document.body ? document.body.innerText : ''"))
 
-    WebDriverWait(driver, WAIT_S).until(lambda d: "Run Type" in body())
+    # Also ignored while the page changes under a query: Chrome's generic errors for a page being replaced.
+    rendered = WebDriverWait(driver, WAIT_S, ignored_exceptions=(WebDriverException,))
+    rendered.until(lambda d: "Run Type" in body())
     assert "Asset Triggered" in body() and "what_changed" in body()
     driver.find_element("link text", "Asset Events").click()  # the run's tab of its triggering events
-    WebDriverWait(driver, WAIT_S).until(lambda d: table in body())
+    rendered.until(lambda d: table in body())
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     assert driver.save_screenshot(str(ARTIFACTS / "asset-triggered-run.png"))
