@@ -4,7 +4,7 @@ A machine is declared as :class:`KeyedMachine`: ``step(state, event) -> (state, 
 Python over plain values (the state is anything JSON can hold; times are epoch milliseconds). The
 platform folds it over each key's events **in event-time order** (ties broken by an id column):
 
-* on a stream, :func:`keyed_state_machine` runs ``transformWithStateInPandas`` (event-time mode,
+* on a stream, :func:`keyed_state_machine` runs ``transformWithState`` (Rows, event-time mode,
   RocksDB state store: see :mod:`tidewater.spark`). Incoming events are buffered in the key's list
   state and one event-time timer is kept just after the earliest of them; when the watermark passes
   it (the timer fires) the events it passed are folded in order, the machine's state is saved and its outputs
@@ -30,15 +30,15 @@ fixed ``horizon`` (its state keeps nothing older) gives the same outputs from an
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import pandas as pd
 import pyarrow as pa
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, Row
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.stateful_processor import (
     ExpiredTimerInfo,
@@ -62,6 +62,7 @@ _PENDING = StructType(
 )
 _FOLDED = StructType([StructField("before_ms", LongType())])
 _TIMER = StructType([StructField("at_ms", LongType())])
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 @dataclass(frozen=True)
@@ -147,7 +148,7 @@ def _expire(machine: KeyedMachine, state: Any, before_ms: int, outputs: list[Out
 def keyed_state_machine(events: DataFrame, *, machine: KeyedMachine, key: str, watermark: str) -> DataFrame:
     """``machine`` folded over each ``key``'s events: its outputs as rows of ``machine.output_schema``.
 
-    Streaming input: ``transformWithStateInPandas`` with state and event-time timers; batch input:
+    Streaming input: ``transformWithState`` (Rows) with state and event-time timers; batch input:
     ``mapInArrow`` over the events clustered by key, from no state. Both fold with :func:`fold` (see the
     module docstring)."""
     columns = list(dict.fromkeys([key, *machine.event_columns]))
@@ -160,7 +161,7 @@ def keyed_state_machine(events: DataFrame, *, machine: KeyedMachine, key: str, w
     return (
         selected.withWatermark(machine.time_column, watermark)
         .groupBy(key)
-        .transformWithStateInPandas(
+        .transformWithState(
             statefulProcessor=_Processor(machine),
             outputStructType=machine.output_schema,
             outputMode="Append",
@@ -169,20 +170,28 @@ def keyed_state_machine(events: DataFrame, *, machine: KeyedMachine, key: str, w
     )
 
 
-# ---- conversions between Spark rows (pandas on the stream, Arrow on a batch) and plain values -----------
+# ---- conversions between Spark rows (Rows on the stream, Arrow on a batch) and plain values -----------
 
 
-def _events(frame: pd.DataFrame, machine: KeyedMachine) -> list[Event]:
-    """A stream group's rows as the machine's plain values: the batch side's conversion (:func:`_arrow_events`)."""
-    return _timed(_arrow_events(pa.RecordBatch.from_pandas(frame, preserve_index=False)), machine)
+def _row_events(rows: Iterable[Row], machine: KeyedMachine) -> list[Event]:
+    """A stream group's rows as the machine's plain values, as :func:`_arrow_events` gives the batch
+    side: timestamps (UTC datetimes from Spark's Arrow rows) as epoch milliseconds, floored; NaN as None."""
+    events = []
+    for row in rows:
+        event = row.asDict()
+        for name, value in event.items():
+            if isinstance(value, dt.datetime):
+                event[name] = _epoch_micros(value) // 1000
+            elif isinstance(value, float) and value != value:
+                event[name] = None
+        events.append(event)
+    return _timed(events, machine)
 
 
-def _frame(outputs: Sequence[Output], schema: StructType) -> pd.DataFrame:
-    frame = pd.DataFrame(list(outputs), columns=schema.fieldNames())
-    for f in schema.fields:
-        if isinstance(f.dataType, TimestampType):
-            frame[f.name] = pd.to_datetime(frame[f.name], unit="ms")
-    return frame
+def _epoch_micros(value: dt.datetime) -> int:
+    """Microseconds since the epoch, exactly (a naive value is UTC, as Arrow takes it)."""
+    aware = value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
+    return (aware - _EPOCH) // dt.timedelta(microseconds=1)
 
 
 def _batch_fold(machine: KeyedMachine, key: str) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
@@ -246,11 +255,15 @@ class _Processor(StatefulProcessor):
     """The stream's side of :func:`keyed_state_machine`: buffer, wait for the watermark, fold in order.
 
     State per key: ``state`` (the machine's, as JSON), ``pending`` (events not yet passed by the
-    watermark) and ``folded`` (the watermark of the last fold: an event older than it arrived too late
-    to be folded in order, and is left to the batch correction)."""
+    watermark), ``folded`` (the watermark of the last fold: an event older than it arrived too late
+    to be folded in order, and is left to the batch correction) and ``timer`` (the key's one timer).
+    Rows in, rows out (``transformWithState``): each state call is a round trip to the JVM, so a
+    value is read with ``get()`` alone (None when absent)."""
 
     def __init__(self, machine: KeyedMachine) -> None:
         self.machine = machine
+        self.stamps = tuple(f.name for f in machine.output_schema.fields if isinstance(f.dataType, TimestampType))
+        self.output = Row(*machine.output_schema.fieldNames())
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
@@ -259,26 +272,27 @@ class _Processor(StatefulProcessor):
         self.folded = handle.getValueState("folded", _FOLDED)
         self.timer = handle.getValueState("timer", _TIMER)
 
-    def handleInputRows(
-        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: TimerValues
-    ) -> Iterator[pd.DataFrame]:
-        before = self.folded.get()[0] if self.folded.exists() else None
+    def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: TimerValues) -> Iterator[Row]:
+        folded = self.folded.get()
+        before = None if folded is None else folded[0]
         buffered = []
-        for frame in rows:
-            for event in _events(frame, self.machine):
-                at = event[self.machine.time_column]
-                if before is not None and at < before:
-                    continue  # the watermark passed it before it came: the correction folds it
-                buffered.append((at, str(event[self.machine.order_column]), json.dumps(event)))
+        for event in _row_events(rows, self.machine):
+            at = event[self.machine.time_column]
+            if before is not None and at < before:
+                continue  # the watermark passed it before it came: the correction folds it
+            buffered.append((at, str(event[self.machine.order_column]), json.dumps(event)))
         if buffered:
             self.pending.appendList(buffered)
             self._wake_after(min(b[0] for b in buffered))
         return iter(())
 
-    def _wake_after(self, at: int) -> None:
+    def _wake_after(self, at: int, current: int | None = None, *, known: bool = False) -> None:
         """One timer per key, just after its earliest pending event: it fires once the watermark has
-        passed that event (a timer per event would cost one state row and one deletion each)."""
-        current = self.timer.get()[0] if self.timer.exists() else None
+        passed that event (a timer per event would cost one state row and one deletion each).
+        ``known``: ``current`` is the key's timer already (None: it has none)."""
+        if not known:
+            timer = self.timer.get()
+            current = None if timer is None else timer[0]
         if current is not None and current <= at + 1:
             return
         if current is not None:
@@ -288,13 +302,13 @@ class _Processor(StatefulProcessor):
 
     def handleExpiredTimer(
         self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
-    ) -> Iterator[pd.DataFrame]:
+    ) -> Iterator[Row]:
         watermark = timerValues.getCurrentWatermarkInMs()
-        pending = list(self.pending.get()) if self.pending.exists() else []
+        pending = list(self.pending.get())
         due = [json.loads(p[2]) for p in pending if p[0] < watermark]
         rest = [p for p in pending if p[0] >= watermark]
-        self.timer.clear()  # the one that fired (Spark deletes it after this call)
-        state = json.loads(self.state.get()[0]) if self.state.exists() else None
+        saved = self.state.get()
+        state = None if saved is None else json.loads(saved[0])
         deadline = _deadline(self.machine, state)
         outputs: list[Output] = []
         if due or (deadline is not None and deadline < watermark):
@@ -307,9 +321,23 @@ class _Processor(StatefulProcessor):
                 self.pending.clear()
             deadline = _deadline(self.machine, state)
         wake = [p[0] for p in rest] + ([deadline] if deadline is not None else [])
-        if wake:
-            self._wake_after(min(wake))
-        return iter([_frame(outputs, self.machine.output_schema)]) if outputs else iter(())
+        if wake:  # the timer that fired is gone (Spark deletes it after this call): none to delete
+            self._wake_after(min(wake), None, known=True)
+        else:
+            self.timer.clear()
+        return iter([self._row(o) for o in outputs])
+
+    def _row(self, output: Output) -> Row:
+        """An output as a Row of ``output_schema``; its epoch-ms timestamps as UTC datetimes."""
+        values = [output.get(name) for name in self.machine.output_schema.fieldNames()]
+        row = self.output(*values)
+        if not self.stamps:
+            return row
+        converted = row.asDict()
+        for name in self.stamps:
+            if converted[name] is not None:
+                converted[name] = _EPOCH + dt.timedelta(milliseconds=converted[name])
+        return self.output(*converted.values())
 
     def close(self) -> None:
         pass
