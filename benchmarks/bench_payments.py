@@ -7,7 +7,7 @@ exactly that pool) into a topic of the embedded broker, then runs the streaming 
 ``run_available_now`` does, on local[2], and prints:
 
 1. events/s of each tier, timed separately: Kafka -> bronze + silver (micro-batches of
-   ``--max-offsets`` records) and silver -> ``fraud_alerts`` gold (``transformWithStateInPandas``
+   ``--max-offsets`` records) and silver -> ``fraud_alerts`` gold (``transformWithState``
    per card, RocksDB state, event-time timers, MERGE into Delta and the transactional publish to
    Kafka), and overall; each as wall time of the tier (query start-up included) and as the rate
    within its micro-batches (sum of rows / sum of ``triggerExecution``);
@@ -122,14 +122,18 @@ def watch_parent(parent: int) -> None:
 
 
 def keys_in_state(spark: Any, checkpoint: Path) -> dict[str, Any]:
-    """Keys of each state variable, read back with Spark's state data source (if it reads this one)."""
+    """What the gold query's state holds, read back with Spark's state data source: cards with a
+    machine state, buffered time slots, and the buckets of cards (see tidewater.keyed_state)."""
+    from tidewater.keyed_state import stream_states
+
     out: dict[str, Any] = {}
-    for var in ("state", "pending", "folded"):
-        try:
+    try:
+        out["cards"] = len(stream_states(spark, str(checkpoint)))
+        for var, name in (("pending", "slots"), ("slots", "buckets")):
             frame = spark.read.format("statestore").option("path", str(checkpoint)).option("stateVarName", var).load()
-            out[var] = frame.select("key").distinct().count()
-        except Exception as exc:  # not every Spark reads a Python processor's state
-            out[var] = f"unreadable: {str(exc).strip().splitlines()[0][:200]}"
+            out[name] = frame.count()
+    except Exception as exc:  # not every Spark reads a Python processor's state
+        out.setdefault("cards", f"unreadable: {str(exc).strip().splitlines()[0][:200]}")
     return out
 
 
@@ -419,8 +423,8 @@ def main(argv: list[str] | None = None) -> int:
         ("silver rows / distinct cards in silver", f"{lake['silver_rows']:,} / {lake['silver_cards']:,}"),
         ("alerts in gold / published (committed)", f"{lake['alerts_in_gold']:,} / {lake['alerts_published']:,}"),
         (
-            "keys in state (state / pending / folded)",
-            " / ".join(fmt(state["keys"][v]) for v in ("state", "pending", "folded")),
+            "in state: cards / buffered slots / buckets",
+            " / ".join(fmt(state["keys"].get(v, "n/a")) for v in ("cards", "slots", "buckets")),
         ),
         (
             "gold checkpoint state/ on disk",

@@ -5,20 +5,25 @@ Python over plain values (the state is anything JSON can hold; times are epoch m
 platform folds it over each key's events **in event-time order** (ties broken by an id column):
 
 * on a stream, :func:`keyed_state_machine` runs ``transformWithState`` (Rows, event-time mode,
-  RocksDB state store: see :mod:`tidewater.spark`). Incoming events are buffered in the key's list
-  state and one event-time timer is kept just after the earliest of them; when the watermark passes
-  it (the timer fires) the events it passed are folded in order, the machine's state is saved and its outputs
-  are emitted (append mode). The watermark delay is the price of determinism: an event is never
-  folded before every event that precedes it could have arrived;
+  RocksDB state store: see :mod:`tidewater.spark`) grouped not by key but by one of
+  :data:`BUCKETS` hash buckets of keys: PySpark pays ~0.6 ms of protocol per group and per timer,
+  which made a key the unit of cost (a payments batch has a card per payment). In a bucket, each key's
+  machine state is an entry of a map state; incoming events are buffered in time slots of
+  :data:`SLOT_MS` (a map state, so a fold reads only the slots the watermark has reached, not every
+  buffered event) and one event-time timer is kept just after the earliest of them; when the
+  watermark passes it (the timer fires) each key's events it passed are folded in order, the key's
+  machine state is saved and its outputs are emitted (append mode). The watermark delay is the
+  price of determinism: an event is never folded before every event that precedes it could have
+  arrived;
 * on a batch (a recompute, a replay, a correction), the same fold runs in ``mapInArrow`` over each
   key's events (clustered by key, one Python call per partition) sorted the same way, from no state.
 
 A machine may also act on **silence**: its ``deadline(state)`` names an event time (a machine gone
 quiet, an hour to close) and ``on_deadline(state, at)`` runs once event time passes it with no earlier
-event left to fold. The stream keeps a timer for it; the fold fires a deadline before any event at or
-after it, and, at the end of what it folds, every deadline the watermark has passed. A batch fires
-them all: the rows a deadline emits after the watermark are not kept (see
-:attr:`tidewater.pipelines.base.KeyedStateMachine.closed_rows_only`).
+event left to fold. The stream buffers a marker at that time beside the events; the fold fires a
+deadline before any event at or after it, and, at the end of what it folds, every deadline the
+watermark has passed. A batch fires them all: the rows a deadline emits after the watermark are not
+kept (see :attr:`tidewater.pipelines.base.KeyedStateMachine.closed_rows_only`).
 
 So both give the same outputs for the same events. An event that arrives after the watermark passed
 it (late) cannot be folded in order any more: Spark drops it before the processor sees it (and the
@@ -38,7 +43,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import DataFrame, Row
+from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.stateful_processor import (
     ExpiredTimerInfo,
@@ -56,10 +62,18 @@ Event = dict[str, Any]
 Output = dict[str, Any]
 Step = Callable[[Any, Event], tuple[Any, list[Output]]]
 
+# Keys hash into this many state groups (fixed for a checkpoint's life: a key's state lives in its bucket).
+BUCKETS = 64
+BUCKET_COLUMN = "_tw_key_bucket"
+# Buffered events are kept in slots of this much event time: a fold reads the slots the watermark reached.
+SLOT_MS = 1_000
+
+_MACHINE_KEY = StructType([StructField("key", StringType())])  # the machine's key, as JSON
 _STATE = StructType([StructField("json", StringType())])
-_PENDING = StructType(
-    [StructField("at_ms", LongType()), StructField("order", StringType()), StructField("event", StringType())]
-)
+_SLOT_KEY = StructType([StructField("slot", LongType())])
+# A slot's entries: JSON [[at_ms, order, key JSON, event or null (a deadline marker)], ...]
+_ENTRIES = StructType([StructField("json", StringType())])
+_SLOTS = StructType([StructField("json", StringType())])  # the bucket's slots holding entries, JSON
 _FOLDED = StructType([StructField("before_ms", LongType())])
 _TIMER = StructType([StructField("at_ms", LongType())])
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -158,11 +172,12 @@ def keyed_state_machine(events: DataFrame, *, machine: KeyedMachine, key: str, w
         # frame per key, and a payments hour has ~400k cards of one payment each (~1.3 ms per card).
         clustered = selected.repartition(key).sortWithinPartitions(key)
         return clustered.mapInArrow(_batch_fold(machine, key), schema=machine.output_schema)
+    bucketed = selected.withColumn(BUCKET_COLUMN, F.pmod(F.xxhash64(key), F.lit(BUCKETS)))
     return (
-        selected.withWatermark(machine.time_column, watermark)
-        .groupBy(key)
+        bucketed.withWatermark(machine.time_column, watermark)
+        .groupBy(BUCKET_COLUMN)
         .transformWithState(
-            statefulProcessor=_Processor(machine),
+            statefulProcessor=_Processor(machine, key),
             outputStructType=machine.output_schema,
             outputMode="Append",
             timeMode="EventTime",
@@ -254,42 +269,112 @@ def _arrow_batch(outputs: Sequence[Output], schema: pa.Schema) -> pa.RecordBatch
 class _Processor(StatefulProcessor):
     """The stream's side of :func:`keyed_state_machine`: buffer, wait for the watermark, fold in order.
 
-    State per key: ``state`` (the machine's, as JSON), ``pending`` (events not yet passed by the
-    watermark), ``folded`` (the watermark of the last fold: an event older than it arrived too late
-    to be folded in order, and is left to the batch correction) and ``timer`` (the key's one timer).
-    Rows in, rows out (``transformWithState``): each state call is a round trip to the JVM, so a
-    value is read with ``get()`` alone (None when absent)."""
+    State per bucket of keys: ``states`` (each key's machine state, as JSON, by key), ``pending``
+    (events not yet passed by the watermark, and deadline markers, by time slot), ``slots`` (which
+    slots hold entries), ``folded`` (the watermark of the last fold: an event older than it arrived
+    too late to be folded in order, and is left to the batch correction) and ``timer`` (the bucket's
+    one timer). Rows in, rows out (``transformWithState``); each state call is a round trip to the
+    JVM, so a value is read with ``get()`` alone (None when absent)."""
 
-    def __init__(self, machine: KeyedMachine) -> None:
+    def __init__(self, machine: KeyedMachine, key: str) -> None:
         self.machine = machine
+        self.key = key
         self.stamps = tuple(f.name for f in machine.output_schema.fields if isinstance(f.dataType, TimestampType))
         self.output = Row(*machine.output_schema.fieldNames())
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
-        self.state = handle.getValueState("state", _STATE)
-        self.pending = handle.getListState("pending", _PENDING)
+        self.states = handle.getMapState("states", _MACHINE_KEY, _STATE)
+        self.pending = handle.getMapState("pending", _SLOT_KEY, _ENTRIES)
+        self.slots = handle.getValueState("slots", _SLOTS)
         self.folded = handle.getValueState("folded", _FOLDED)
         self.timer = handle.getValueState("timer", _TIMER)
 
     def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: TimerValues) -> Iterator[Row]:
         folded = self.folded.get()
         before = None if folded is None else folded[0]
-        buffered = []
+        arrived: list[list[Any]] = []
         for event in _row_events(rows, self.machine):
+            event.pop(BUCKET_COLUMN, None)
             at = event[self.machine.time_column]
             if before is not None and at < before:
                 continue  # the watermark passed it before it came: the correction folds it
-            buffered.append((at, str(event[self.machine.order_column]), json.dumps(event)))
-        if buffered:
-            self.pending.appendList(buffered)
-            self._wake_after(min(b[0] for b in buffered))
+            arrived.append([at, str(event[self.machine.order_column]), json.dumps(event[self.key]), event])
+        if arrived:
+            slots = self._slots()
+            self._buffer(arrived, slots)
+            self.slots.update((json.dumps(sorted(slots)),))
+            self._wake_after(min(entry[0] for entry in arrived))
         return iter(())
 
+    def handleExpiredTimer(
+        self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
+    ) -> Iterator[Row]:
+        watermark = timerValues.getCurrentWatermarkInMs()
+        slots = self._slots()
+        due: dict[str, list[Event]] = {}  # by key: the events the watermark passed (none: a deadline marker)
+        wake = [slot * SLOT_MS for slot in slots if slot * SLOT_MS >= watermark]
+        for slot in sorted(s for s in slots if s * SLOT_MS < watermark):
+            entries = self._entries(slot)
+            kept = [entry for entry in entries if entry[0] >= watermark]
+            for at, _, machine_key, event in entries:
+                if at < watermark:
+                    events = due.setdefault(machine_key, [])
+                    if event is not None:
+                        events.append(event)
+            if kept:
+                self.pending.updateValue((slot,), (json.dumps(kept),))
+                wake.append(min(entry[0] for entry in kept))
+            else:
+                self.pending.removeKey((slot,))
+                slots.discard(slot)
+        outputs: list[Output] = []
+        markers: list[list[Any]] = []
+        for machine_key, events in due.items():
+            saved = self.states.getValue((machine_key,))
+            state = None if saved is None else json.loads(saved[0])
+            before = _deadline(self.machine, state)
+            if not events and (before is None or before >= watermark):
+                continue  # a marker of a deadline that has moved on since
+            state, produced = fold(self.machine, state, events, until_ms=watermark)
+            self.states.updateValue((machine_key,), (json.dumps(state),))
+            outputs += produced
+            deadline = _deadline(self.machine, state)
+            if deadline is not None and (deadline != before or before < watermark):
+                markers.append([deadline, "", machine_key, None])
+        if due:
+            self.folded.update((watermark,))
+        if markers:
+            self._buffer(markers, slots)
+            wake.append(min(marker[0] for marker in markers))
+        self.slots.update((json.dumps(sorted(slots)),))
+        if wake:  # the timer that fired is gone (Spark deletes it after this call): none to delete
+            self._wake_after(min(wake), None, known=True)
+        else:
+            self.timer.clear()
+        return iter([self._row(o) for o in outputs])
+
+    def _slots(self) -> set[int]:
+        saved = self.slots.get()
+        return set() if saved is None else set(json.loads(saved[0]))
+
+    def _entries(self, slot: int) -> list[list[Any]]:
+        saved = self.pending.getValue((slot,))
+        return [] if saved is None else json.loads(saved[0])
+
+    def _buffer(self, entries: list[list[Any]], slots: set[int]) -> None:
+        """Add entries to their slots (``slots`` gains the new ones)."""
+        by_slot: dict[int, list[list[Any]]] = {}
+        for entry in entries:
+            by_slot.setdefault(entry[0] // SLOT_MS, []).append(entry)
+        for slot, added in by_slot.items():
+            held = self._entries(slot) if slot in slots else []
+            self.pending.updateValue((slot,), (json.dumps(held + added),))
+            slots.add(slot)
+
     def _wake_after(self, at: int, current: int | None = None, *, known: bool = False) -> None:
-        """One timer per key, just after its earliest pending event: it fires once the watermark has
-        passed that event (a timer per event would cost one state row and one deletion each).
-        ``known``: ``current`` is the key's timer already (None: it has none)."""
+        """One timer per bucket, just after its earliest entry: it fires once the watermark has passed
+        that entry. ``known``: ``current`` is the bucket's timer already (None: it has none)."""
         if not known:
             timer = self.timer.get()
             current = None if timer is None else timer[0]
@@ -299,33 +384,6 @@ class _Processor(StatefulProcessor):
             self.handle.deleteTimer(current)
         self.handle.registerTimer(at + 1)
         self.timer.update((at + 1,))
-
-    def handleExpiredTimer(
-        self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
-    ) -> Iterator[Row]:
-        watermark = timerValues.getCurrentWatermarkInMs()
-        pending = list(self.pending.get())
-        due = [json.loads(p[2]) for p in pending if p[0] < watermark]
-        rest = [p for p in pending if p[0] >= watermark]
-        saved = self.state.get()
-        state = None if saved is None else json.loads(saved[0])
-        deadline = _deadline(self.machine, state)
-        outputs: list[Output] = []
-        if due or (deadline is not None and deadline < watermark):
-            state, outputs = fold(self.machine, state, due, until_ms=watermark)
-            self.state.update((json.dumps(state),))
-            self.folded.update((watermark,))
-            if rest:
-                self.pending.put(rest)
-            else:
-                self.pending.clear()
-            deadline = _deadline(self.machine, state)
-        wake = [p[0] for p in rest] + ([deadline] if deadline is not None else [])
-        if wake:  # the timer that fired is gone (Spark deletes it after this call): none to delete
-            self._wake_after(min(wake), None, known=True)
-        else:
-            self.timer.clear()
-        return iter([self._row(o) for o in outputs])
 
     def _row(self, output: Output) -> Row:
         """An output as a Row of ``output_schema``; its epoch-ms timestamps as UTC datetimes."""
@@ -341,3 +399,17 @@ class _Processor(StatefulProcessor):
 
     def close(self) -> None:
         pass
+
+
+def stream_states(spark: SparkSession, checkpoint: str) -> dict[Any, Any]:
+    """Each key's machine state as a streaming query (its checkpoint) holds it, read back with Spark's
+    state data source: {key: state}. For checks and benchmarks; the query keeps running meanwhile."""
+    rows = (
+        spark.read.format("statestore")
+        .option("path", checkpoint)
+        .option("stateVarName", "states")
+        .load()
+        .select("user_map_key.key", "user_map_value.json")
+        .collect()
+    )
+    return {json.loads(key): json.loads(state) for key, state in rows}

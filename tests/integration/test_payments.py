@@ -41,7 +41,7 @@ from tidewater.connectors.kafka_client import kafka_python_config
 from tidewater.connectors.kafka_publish import read_committed
 from tidewater.faults import CRASH_AFTER_COMMIT, CRASH_AFTER_PUBLISH, CRASH_BEFORE_PUBLISH_COMMIT
 from tidewater.generator.producer import ensure_topic
-from tidewater.keyed_state import fold
+from tidewater.keyed_state import fold, stream_states
 from tidewater.pipelines import get_pipeline
 from tidewater.pipelines.layout import PipelineLayout
 from tidewater.pipelines.payments import FRAUD_RULES
@@ -193,14 +193,7 @@ def test_each_alert_is_published_once_for_a_committed_reader(lake):
 def test_the_streams_state_equals_a_fold_from_scratch(lake, spark):
     layout = lake["layout"]
     _ = spark.streams  # the state reader needs the session's state store coordinator
-    state = (
-        spark.read.format("statestore")
-        .option("path", str(layout.checkpoint(GOLD_QUERY)))
-        .option("stateVarName", "state")
-        .load()
-        .collect()
-    )
-    streamed = {row["key"]["card_id"]: json.loads(row["value"]["json"]) for row in state}
+    streamed = stream_states(spark, str(layout.checkpoint(GOLD_QUERY)))
     watermark = final_watermark_ms(layout, GOLD_QUERY)
     cards: dict[str, list[dict]] = {}
     for p in valid_payments(lake["records"]).values():

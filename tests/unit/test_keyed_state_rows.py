@@ -53,7 +53,7 @@ def test_a_naive_time_is_taken_as_utc_and_an_event_without_time_is_left_out():
 
 
 def test_an_output_row_carries_its_times_as_utc_datetimes_in_schema_order():
-    processor = _Processor(MACHINE)
+    processor = _Processor(MACHINE, "card")
     row = processor._row({"at": 1_795_687_200_123, "card": "c1", "extra": 1})
     assert list(row.asDict()) == ["card", "at"]
     assert row.card == "c1"
@@ -69,4 +69,4 @@ def test_an_output_without_timestamps_is_kept_as_given():
         order_column="card",
         output_schema=StructType([StructField("card", StringType()), StructField("n", LongType())]),
     )
-    assert _Processor(machine)._row({"card": "x", "n": 3}) == Row(card="x", n=3)
+    assert _Processor(machine, "card")._row({"card": "x", "n": 3}) == Row(card="x", n=3)

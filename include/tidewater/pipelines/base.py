@@ -236,7 +236,7 @@ class Projection(GoldTable):
 class KeyedStateMachine(GoldTable):
     """What a per-key state machine outputs (fraud alerts per card, a machine gone silent): ``build``
     runs :func:`tidewater.keyed_state.keyed_state_machine`, which folds one pure ``step`` over each
-    key's events in event-time order, on the stream (``transformWithStateInPandas``, RocksDB state,
+    key's events in event-time order, on the stream (``transformWithState`` over Rows, RocksDB state,
     event-time timers) and on a batch (``mapInArrow``, the events clustered by key) alike.
 
     A row spans the instant of its ``time_column`` (the event that produced it), or up to its

@@ -1,7 +1,7 @@
 """The fraud rules: one card's state machine, pure Python (no Spark, no I/O).
 
 :func:`step` takes the card's state and its next payment and returns the new state and the alerts
-that payment raises. The stream (a ``transformWithStateInPandas`` processor) and the batch recompute
+that payment raises. The stream (a ``transformWithState`` processor) and the batch recompute
 (``mapInArrow`` over the card's history) both fold it over the card's payments in event-time
 order (:mod:`tidewater.keyed_state`), so both raise the same alerts.
 
