@@ -49,6 +49,24 @@ _LZ4_HEADER = struct.Struct("<8sBiii")  # magic, token (method | level), compres
 _REBUILD = "it cannot be resumed safely; move it aside and rebuild the affected tables with a replay"
 
 
+# Spark's errors for a checkpoint whose state another layout of the query wrote (an older tidewater, or
+# a changed declaration: another key, other state variables).
+_STATE_LAYOUT_ERRORS = (
+    "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE",
+    "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE",
+    "STATE_STORE_INVALID_VARIABLE_TYPE_CHANGE",
+    "STATE_STORE_STATE_SCHEMA_FILES_THRESHOLD_EXCEEDED",
+    "STATE_STORE_INVALID_CONFIG_AFTER_RESTART",
+)
+
+
+def state_layout_hint(error: str) -> str:
+    """What to do about a query that failed on its checkpoint's state layout (empty for any other error)."""
+    if not any(code in error for code in _STATE_LAYOUT_ERRORS):
+        return ""
+    return f"; its checkpoint's state was written by another layout of this query: {_REBUILD}"
+
+
 @dataclass(frozen=True)
 class CheckpointIdentity:
     pipeline: str

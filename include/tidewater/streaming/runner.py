@@ -43,7 +43,7 @@ from tidewater.lake.tables import LakeTable, check_lake_root
 from tidewater.pipelines.base import Delivery, GoldTable, Pipeline, Source
 from tidewater.pipelines.layout import PipelineLayout
 from tidewater.spark import GOLD_POOL, SOURCES_POOL
-from tidewater.streaming.checkpoint import Checkpoint, claim
+from tidewater.streaming.checkpoint import Checkpoint, claim, state_layout_hint
 from tidewater.streaming.progress import ProgressRecorder
 from tidewater.streaming.retention import RetentionWatch
 from tidewater.streaming.stop_request import StopRequest, StopRequestWatch
@@ -303,7 +303,8 @@ class PipelineStreams:
             try:
                 query.awaitTermination()
             except Exception as exc:
-                raise StreamFailedError(f"{self.query_name(tier.query)} failed: {one_line(exc)}") from exc
+                detail = one_line(exc) + state_layout_hint(str(exc))
+                raise StreamFailedError(f"{self.query_name(tier.query)} failed: {detail}") from exc
 
     def run_forever(
         self, spark: SparkSession, stop: threading.Event, *, trigger_seconds: float | None = None
@@ -351,7 +352,7 @@ class PipelineStreams:
                     del self._restarts[query_name]  # it ran a batch again: the budget is for consecutive misses
                 continue
             error = query.exception()
-            detail = one_line(error) if error else "stopped unexpectedly"
+            detail = one_line(error) + state_layout_hint(str(error)) if error else "stopped unexpectedly"
             restarts = self._restarts.get(query_name, 0)
             if error is not None and WORKER_TIMEOUT in str(error) and restarts < MAX_WORKER_RESTARTS:
                 self._restarts[query_name] = restarts + 1
