@@ -273,8 +273,8 @@ class _Processor(StatefulProcessor):
     (events not yet passed by the watermark, and deadline markers, by time slot), ``slots`` (which
     slots hold entries), ``folded`` (the watermark of the last fold: an event older than it arrived
     too late to be folded in order, and is left to the batch correction) and ``timer`` (the bucket's
-    one timer). Rows in, rows out (``transformWithState``); each state call is a round trip to the
-    JVM, so a value is read with ``get()`` alone (None when absent)."""
+    one timer). Rows in, rows out (``transformWithState``). Each state call is a round trip to the
+    JVM; an absent value is asked about (``exists``, ``containsKey``), never read (see :func:`_value`)."""
 
     def __init__(self, machine: KeyedMachine, key: str) -> None:
         self.machine = machine
@@ -291,8 +291,7 @@ class _Processor(StatefulProcessor):
         self.timer = handle.getValueState("timer", _TIMER)
 
     def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: TimerValues) -> Iterator[Row]:
-        folded = self.folded.get()
-        before = None if folded is None else folded[0]
+        before = _value(self.folded)
         arrived: list[list[Any]] = []
         for event in _row_events(rows, self.machine):
             event.pop(BUCKET_COLUMN, None)
@@ -331,7 +330,8 @@ class _Processor(StatefulProcessor):
         outputs: list[Output] = []
         markers: list[list[Any]] = []
         for machine_key, events in due.items():
-            saved = self.states.getValue((machine_key,))
+            # containsKey first: Spark's state server logs a warning for every read of an absent entry.
+            saved = self.states.getValue((machine_key,)) if self.states.containsKey((machine_key,)) else None
             state = None if saved is None else json.loads(saved[0])
             before = _deadline(self.machine, state)
             if not events and (before is None or before >= watermark):
@@ -355,8 +355,8 @@ class _Processor(StatefulProcessor):
         return iter([self._row(o) for o in outputs])
 
     def _slots(self) -> set[int]:
-        saved = self.slots.get()
-        return set() if saved is None else set(json.loads(saved[0]))
+        saved = _value(self.slots)
+        return set() if saved is None else set(json.loads(saved))
 
     def _entries(self, slot: int) -> list[list[Any]]:
         saved = self.pending.getValue((slot,))
@@ -376,8 +376,7 @@ class _Processor(StatefulProcessor):
         """One timer per bucket, just after its earliest entry: it fires once the watermark has passed
         that entry. ``known``: ``current`` is the bucket's timer already (None: it has none)."""
         if not known:
-            timer = self.timer.get()
-            current = None if timer is None else timer[0]
+            current = _value(self.timer)
         if current is not None and current <= at + 1:
             return
         if current is not None:
@@ -399,6 +398,12 @@ class _Processor(StatefulProcessor):
 
     def close(self) -> None:
         pass
+
+
+def _value(state: Any) -> Any:
+    """A value state's one field, None when it holds none: ``exists()`` first, because Spark's state
+    server logs a warning for every ``get()`` of an absent value (per bucket: a round trip is cheap)."""
+    return state.get()[0] if state.exists() else None
 
 
 def stream_states(spark: SparkSession, checkpoint: str) -> dict[Any, Any]:

@@ -30,6 +30,9 @@ class _Value:
     def __init__(self) -> None:
         self.value: tuple | None = None
 
+    def exists(self) -> bool:
+        return self.value is not None
+
     def get(self) -> tuple | None:
         return self.value
 
@@ -43,6 +46,9 @@ class _Value:
 class _Map:
     def __init__(self) -> None:
         self.entries: dict[tuple, tuple] = {}
+
+    def containsKey(self, key: tuple) -> bool:
+        return tuple(key) in self.entries
 
     def getValue(self, key: tuple) -> tuple | None:
         return self.entries.get(tuple(key))
