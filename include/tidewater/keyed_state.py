@@ -279,8 +279,10 @@ class _Processor(StatefulProcessor):
     def __init__(self, machine: KeyedMachine, key: str) -> None:
         self.machine = machine
         self.key = key
-        self.stamps = tuple(f.name for f in machine.output_schema.fields if isinstance(f.dataType, TimestampType))
-        self.output = Row(*machine.output_schema.fieldNames())
+        self.names = machine.output_schema.fieldNames()
+        fields = machine.output_schema.fields
+        self.stamps = tuple(i for i, f in enumerate(fields) if isinstance(f.dataType, TimestampType))  # positions
+        self.output = Row(*self.names)
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
@@ -303,7 +305,7 @@ class _Processor(StatefulProcessor):
             slots = self._slots()
             self._buffer(arrived, slots)
             self.slots.update((json.dumps(sorted(slots)),))
-            self._wake_after(min(entry[0] for entry in arrived))
+            self._wake_after(min(entry[0] for entry in arrived), _value(self.timer))
         return iter(())
 
     def handleExpiredTimer(
@@ -349,7 +351,7 @@ class _Processor(StatefulProcessor):
             wake.append(min(marker[0] for marker in markers))
         self.slots.update((json.dumps(sorted(slots)),))
         if wake:  # the timer that fired is gone (Spark deletes it after this call): none to delete
-            self._wake_after(min(wake), None, known=True)
+            self._wake_after(min(wake), None)
         else:
             self.timer.clear()
         return iter([self._row(o) for o in outputs])
@@ -372,11 +374,9 @@ class _Processor(StatefulProcessor):
             self.pending.updateValue((slot,), (json.dumps(held + added),))
             slots.add(slot)
 
-    def _wake_after(self, at: int, current: int | None = None, *, known: bool = False) -> None:
+    def _wake_after(self, at: int, current: int | None) -> None:
         """One timer per bucket, just after its earliest entry: it fires once the watermark has passed
-        that entry. ``known``: ``current`` is the bucket's timer already (None: it has none)."""
-        if not known:
-            current = _value(self.timer)
+        that entry. ``current``: the bucket's timer (None: it has none)."""
         if current is not None and current <= at + 1:
             return
         if current is not None:
@@ -386,15 +386,11 @@ class _Processor(StatefulProcessor):
 
     def _row(self, output: Output) -> Row:
         """An output as a Row of ``output_schema``; its epoch-ms timestamps as UTC datetimes."""
-        values = [output.get(name) for name in self.machine.output_schema.fieldNames()]
-        row = self.output(*values)
-        if not self.stamps:
-            return row
-        converted = row.asDict()
-        for name in self.stamps:
-            if converted[name] is not None:
-                converted[name] = _EPOCH + dt.timedelta(milliseconds=converted[name])
-        return self.output(*converted.values())
+        values = [output.get(name) for name in self.names]
+        for i in self.stamps:
+            if values[i] is not None:
+                values[i] = _EPOCH + dt.timedelta(milliseconds=values[i])
+        return self.output(*values)
 
     def close(self) -> None:
         pass
