@@ -34,7 +34,7 @@ from kafka.admin import NewTopic
 from tidewater.config import Settings
 from tidewater.connectors.kafka_client import kafka_python_config
 from tidewater.errors import BrokerUnreachableError, ConfigError, TidewaterError, TopicNotFoundError
-from tidewater.generator.events import KINDS, GeneratedRecord, GeneratorConfig, SampleEvents, generate, rate_at
+from tidewater.generator.events import KINDS, GeneratedRecord, GeneratorConfig, SampleEvents, generate
 from tidewater.pipelines.base import Pipeline
 
 log = logging.getLogger(__name__)
@@ -43,6 +43,7 @@ LINGER_MS = 10
 # Bigger batches than kafka-python's 16 KiB: ~40% more records/s on the embedded broker.
 BATCH_BYTES = 256 * 1024
 PROGRESS_INTERVAL_S = 0.5  # progress callbacks at most ~2x per second
+PACING_SLACK_S = 0.001  # a paced record this close to its time goes now (a sleep costs about as much)
 # Errors that mean "this broker/cluster does not allow the idempotent producer".
 _IDEMPOTENCE_REJECTED = (
     kerr.ClusterAuthorizationFailedError,
@@ -247,11 +248,12 @@ def produce(
     pipeline's other sources to their topics, for the follow-up records the events cause (see
     :class:`tidewater.pipelines.samples.FollowUp`).
 
-    ``realtime=True`` paces sends to the configured rate (bursts included) with a token bucket;
-    the simulated schedule starts at the wall clock, so payload times track real send times (as
-    long as the producer keeps up with the rate) while the records stay exactly those of
-    :func:`generate`. ``realtime=False`` sends as fast as possible (tests, benchmarks); Kafka
-    timestamps are then capped at the wall clock (:func:`kafka_timestamp`).
+    ``realtime=True`` sends each record at its time on the simulated schedule (the configured rate,
+    bursts included), which starts at the wall clock, so payload and Kafka times track real send
+    times while the records stay exactly those of :func:`generate`; records a stall held back
+    (a busy host) go at once, so the schedule does not drift behind the clock. ``realtime=False``
+    sends as fast as possible (tests, benchmarks); Kafka timestamps are then capped at the wall
+    clock (:func:`kafka_timestamp`).
     Raises :class:`ProduceError` if any record failed, TopicNotFoundError for a missing topic,
     BrokerUnreachableError if no broker answers within the request timeout.
     """
@@ -260,20 +262,19 @@ def produce(
     if duration_s is not None and duration_s < 0:
         raise ConfigError(f"duration={duration_s} must be >= 0 seconds")
     stop = stop or threading.Event()
-    if config.start_time_ms is None:
-        # Read the clock once here so the schedule and the pacing share one origin.
-        config = dataclasses.replace(config, start_time_ms=int(time.time() * 1000))
-
     topics = dict(topics or {})
     for name in {topic, *topics.values()}:
         _check_topic(settings, name)
     producer, idempotent = _open_producer(settings)
+    if config.start_time_ms is None:
+        # Read the clock once, connected, so the schedule and the pacing share one origin.
+        config = dataclasses.replace(config, start_time_ms=int(time.time() * 1000))
     report = ProduceReport()
     delivery = _Delivery()
     send_error: BaseException | None = None
     started = time.monotonic()
     last_progress = started
-    tokens, last_refill = 1.0, started
+    first_scheduled: int | None = None
 
     def snapshot() -> ProduceReport:
         report.elapsed_s = time.monotonic() - started
@@ -287,23 +288,15 @@ def produce(
             if stop.is_set() or (duration_s is not None and now - started >= duration_s):
                 break
             if realtime:
-                # Token bucket refilled at the offered rate; capacity ~50 ms of sends absorbs jitter.
-                while True:
-                    now = time.monotonic()
-                    current = rate_at(config, now - started)
-                    tokens = min(max(1.0, current * 0.05), tokens + (now - last_refill) * current)
-                    last_refill = now
-                    if tokens >= 1.0:
-                        tokens -= 1.0
-                        break
-                    wait = (1.0 - tokens) / current
-                    if duration_s is not None:
-                        wait = min(wait, max(0.0, started + duration_s - now))
-                    if stop.wait(max(wait, 0.0005)):
-                        break
-                    if duration_s is not None and time.monotonic() - started >= duration_s:
-                        break
-                if stop.is_set() or (duration_s is not None and time.monotonic() - started >= duration_s):
+                # Each record leaves when the wall clock has run as far from the start as the simulated
+                # schedule has (bursts included); after a stall (a busy host) the backlog goes at once,
+                # so the schedule, and with it every payload and Kafka time, stays on the wall clock.
+                scheduled = record.timestamp_ms if record.scheduled_ms is None else record.scheduled_ms
+                first_scheduled = scheduled if first_scheduled is None else first_scheduled
+                due = started + (scheduled - first_scheduled) / 1000
+                if duration_s is not None and due >= started + duration_s:
+                    break
+                if due - now > PACING_SLACK_S and stop.wait(due - now):
                     break
             timestamp_ms = kafka_timestamp(record, int(time.time() * 1000))
             destination = topic if record.source is None else topics[record.source]

@@ -151,6 +151,9 @@ class GeneratedRecord:
     event_time_ms: int | None
     malformed_reason: str | None = None
     source: str | None = None  # the pipeline source (topic) it goes to; None: the first source
+    # When the simulated schedule sends it, without its producer's clock skew (None: timestamp_ms): a
+    # paced run sends each record once the wall clock has run as far from the start as this has.
+    scheduled_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,8 +296,8 @@ def parse_ts(text: str) -> int:
 def rate_at(config: GeneratorConfig, elapsed_s: float) -> float:
     """Offered events/s at ``elapsed_s`` after the start: ``rate``, times the multiplier in a burst.
 
-    Shared by :func:`generate` (simulated time) and the producer's pacing (real time), so a
-    paced run's event times track the wall clock.
+    In simulated time: a paced run (:func:`tidewater.generator.producer.produce`) sends each record
+    when the wall clock reaches its place on this schedule.
     """
     if config.burst_every_s > 0 and (elapsed_s % config.burst_every_s) < config.burst_seconds:
         return config.rate * config.burst_multiplier
@@ -372,6 +375,7 @@ def generate(config: GeneratorConfig, count: int | None, events: SampleEvents) -
                 seq_no=orig.seq_no,
                 event_time_ms=orig.event_time_ms,
                 source=orig.source,
+                scheduled_ms=now_ms,
             )
         else:
             if u < t_dup:
@@ -421,6 +425,7 @@ def generate(config: GeneratorConfig, count: int | None, events: SampleEvents) -
                         seq_no=-1,
                         event_time_ms=f.at_ms,
                         source=f.source,
+                        scheduled_ms=sent - skew,
                     )
                     made += 1
                     heapq.heappush(pending, (sent, made, follow_up))
@@ -441,6 +446,7 @@ def generate(config: GeneratorConfig, count: int | None, events: SampleEvents) -
                 seq_no=seq_no,
                 event_time_ms=event_time_ms,
                 malformed_reason=reason,
+                scheduled_ms=now_ms,
             )
             if kind not in ("malformed", "lost"):
                 recent.append(record)
