@@ -277,54 +277,81 @@ def test_stream_sink_and_reexecuted_micro_batch_is_a_noop(spark: SparkSession, t
 # ---- the stream source ----------------------------------------------------------------------------------------
 
 
-def test_stream_source_is_incremental_across_restarts(spark: SparkSession, tmp_path: Path) -> None:
+@pytest.mark.parametrize("prefetch", ["false", "true"])
+def test_stream_source_is_incremental_across_restarts(spark: SparkSession, tmp_path: Path, prefetch: str) -> None:
     """First batch = the whole snapshot (even after a remove commit in history); a restart from the
-    checkpoint reads only the rows appended since; startingVersion=latest skips existing data."""
+    checkpoint reads only the rows appended since; startingVersion=latest skips existing data. The same
+    with each micro-batch read ahead on the driver (``prefetch``, what gold queries use)."""
     source = new_table(unique(tmp_path, "src"))
     source.merge(arrow([1, 2]), keys=["id"])
     source.replace_where(arrow([1, 2, 3]), "day = '2026-11-20'")  # removes files: fine before the stream starts
     writes.append(frame(spark, [4], DAY2), source)
 
     checkpoint = tmp_path / "cp-incr"
-    first = source_stream(spark, source.uri, checkpoint)
+    first = source_stream(spark, source.uri, checkpoint, prefetch=prefetch)
     assert len(first) == 1 and flat(first) == [1, 2, 3, 4]
 
     writes.append(frame(spark, [5, 6]), source)
     writes.append(frame(spark, [7], DAY2), source)
-    again = source_stream(spark, source.uri, checkpoint)
+    again = source_stream(spark, source.uri, checkpoint, prefetch=prefetch)
     assert flat(again) == [5, 6, 7] and again[0][0] == 1
 
     latest_cp = tmp_path / "cp-latest"
-    assert source_stream(spark, source.uri, latest_cp, startingVersion="latest") == []
+    assert source_stream(spark, source.uri, latest_cp, startingVersion="latest", prefetch=prefetch) == []
     writes.append(frame(spark, [8]), source)
-    assert flat(source_stream(spark, source.uri, latest_cp, startingVersion="latest")) == [8]
+    assert flat(source_stream(spark, source.uri, latest_cp, startingVersion="latest", prefetch=prefetch)) == [8]
 
 
-def test_stream_source_change_commits_compaction_and_max_files(spark: SparkSession, tmp_path: Path) -> None:
+@pytest.mark.parametrize("prefetch", ["false", "true"])
+def test_stream_source_change_commits_compaction_and_max_files(
+    spark: SparkSession, tmp_path: Path, prefetch: str
+) -> None:
     """maxFilesPerTrigger splits a backlog into batches; compaction (dataChange=false) re-emits nothing;
     a commit that removes data fails the stream with a one-line DeltaSourceError unless skipChangeCommits."""
     source = new_table(unique(tmp_path, "src"), partition_by=())
     for i in (1, 2, 3):  # versions 1..3, one file each
         writes.append(frame(spark, [i]), source)
     checkpoint = tmp_path / "cp-strict"
-    batches = source_stream(spark, source.uri, checkpoint, startingVersion="1", maxFilesPerTrigger="1")
+    batches = source_stream(
+        spark, source.uri, checkpoint, startingVersion="1", maxFilesPerTrigger="1", prefetch=prefetch
+    )
     assert batches == [(0, [1]), (1, [2]), (2, [3])]
 
     DeltaTable(source.uri).optimize.compact()  # version 4: dataChange=false
     assert source.version() == 4 and len(source.files()) == 1
     writes.append(frame(spark, [4]), source)  # version 5
-    assert source_stream(spark, source.uri, checkpoint, maxFilesPerTrigger="1") == [(3, [4])]
+    assert source_stream(spark, source.uri, checkpoint, maxFilesPerTrigger="1", prefetch=prefetch) == [(3, [4])]
 
     source.replace_where(arrow([4], name="r"), "id = 4")  # version 6 removes a file
     writes.append(frame(spark, [5]), source)  # version 7
     with pytest.raises(Exception) as info:
-        source_stream(spark, source.uri, checkpoint)
+        source_stream(spark, source.uri, checkpoint, prefetch=prefetch)
     message = one_line(info.value)
     assert message.startswith("DeltaSourceError:") and "skipChangeCommits" in message, message
     assert "version 6" in message and "\n" not in message
 
-    skipped = source_stream(spark, source.uri, tmp_path / "cp-skip", startingVersion="5", skipChangeCommits="true")
+    skipped = source_stream(
+        spark, source.uri, tmp_path / "cp-skip", startingVersion="5", skipChangeCommits="true", prefetch=prefetch
+    )
     assert flat(skipped) == [4, 5]  # the replace_where commit (a second id 4) is skipped, not emitted
+
+
+def test_prefetched_stream_keeps_its_budget_and_replays_a_batch_it_lost(spark: SparkSession, tmp_path: Path) -> None:
+    """``prefetchMaxBytes`` splits a new stream's snapshot file by file (Trigger.AvailableNow runs on until
+    the end); a micro-batch that ran but whose checkpoint commit was lost is re-planned by a restarted
+    query, which no longer holds its prefetch: Spark reads it from its offsets in a Python task, the same rows."""
+    source = new_table(unique(tmp_path, "src"), partition_by=())
+    for i in (1, 2, 3):
+        writes.append(frame(spark, [i]), source)
+    checkpoint = tmp_path / "cp-prefetch"
+    batches = source_stream(spark, source.uri, checkpoint, prefetch="true", prefetchMaxBytes="1")
+    assert [batch for batch, _ in batches] == [0, 1, 2] and flat(batches) == [1, 2, 3]
+
+    commits = checkpoint / "commits"
+    (commits / "2").unlink()  # as if the driver died after the batch, before Spark's checkpoint commit
+    (commits / ".2.crc").unlink(missing_ok=True)
+    again = source_stream(spark, source.uri, checkpoint, prefetch="true", prefetchMaxBytes="1")
+    assert again == [batches[-1]] and (commits / "2").exists()
 
 
 # ---- S3 (moto) --------------------------------------------------------------------------------------------------

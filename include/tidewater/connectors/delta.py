@@ -5,10 +5,16 @@
                :func:`tidewater.lake.reads.read_table`, which hands the file list to Spark's own
                Parquet reader; this reader is what works on s3://).
 * stream read  rows appended since the last processed table version, so silver is computed from
-               bronze and gold from silver without re-reading Kafka. Offsets are ``{"version": v}``.
-               Commits that remove data (overwrite, delete, merge updates) cannot be followed by an
-               append-only stream: they fail the query unless ``skipChangeCommits`` is true, as in
-               Delta's own streaming source. ``dataChange=false`` commits (compaction) are ignored.
+               bronze and gold from silver without re-reading Kafka. Offsets are positions in the
+               log (:class:`StreamPosition`). Commits that remove data (overwrite, delete, merge
+               updates) cannot be followed by an append-only stream: they fail the query unless
+               ``skipChangeCommits`` is true, as in Delta's own streaming source.
+               ``dataChange=false`` commits (compaction) are ignored. With ``prefetch`` true the
+               query's source runner on the driver reads each micro-batch ahead (at most
+               ``prefetchMaxBytes`` of data files, 32 MiB by default) and Spark keeps it in its block
+               manager: no Python task per micro-batch, which is most of the cost of a small one
+               (gold over silver every few seconds). Spark reports no latest offset for such a
+               source, so its progress shows no lag.
 * stream write executors write Parquet files; the driver commits each micro-batch in one Delta
                transaction carrying the app transaction ``(appId, batchId)`` and skips a batch
                that is already committed. Option ``appId`` is required and must be stable for
@@ -27,12 +33,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+from pyspark.errors import PySparkNotImplementedError
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamArrowWriter,
     DataSourceStreamReader,
     InputPartition,
+    SimpleDataSourceStreamReader,
     WriterCommitMessage,
 )
 from pyspark.sql.pandas.types import from_arrow_schema
@@ -44,6 +52,33 @@ from tidewater.lake.files import write_data_files
 from tidewater.lake.lock_options import lock_from_options
 from tidewater.lake.locks import WriterLock, holding
 from tidewater.lake.tables import DataFile, LakeTable, read_data_file
+
+PREFETCH_MAX_BYTES = 32 * 1024 * 1024  # of Parquet per prefetched micro-batch (~600k silver rows of rsvps)
+
+
+@dataclass(frozen=True)
+class StreamPosition:
+    """How far a stream of a table has read; its offset is :meth:`offset`.
+
+    ``{"version": v}``: every commit up to and including v. ``{"version": v, "file": k}``: every
+    commit before v and the first k data files v added; with ``"snapshot": true``, the first k files
+    of the table as of v (a new stream's first read, in path order). Only the prefetching reader stops
+    inside a version (its byte budget), and either reader resumes from either form.
+    """
+
+    version: int
+    file: int | None = None
+    snapshot: bool = False
+
+    @classmethod
+    def of(cls, offset: dict) -> StreamPosition:
+        file = offset.get("file")
+        return cls(int(offset["version"]), None if file is None else int(file), bool(offset.get("snapshot")))
+
+    def offset(self) -> dict:
+        if self.file is None:
+            return {"version": self.version}
+        return {"version": self.version, "file": self.file} | ({"snapshot": True} if self.snapshot else {})
 
 
 @dataclass(frozen=True)
@@ -139,10 +174,8 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = self.table.version()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        begin = int(start["version"])
-        latest = self.table.version()
-        if self._target is not None:
-            latest = min(latest, self._target)
+        begin = StreamPosition.of(start).version
+        latest = self.readable_version()
         if latest <= begin:
             return {"version": begin}
         if isinstance(limit, ReadMaxFiles) and begin >= 0:
@@ -152,6 +185,11 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if files >= limit.max_files:
                     return {"version": version}
         return {"version": latest}
+
+    def readable_version(self) -> int:
+        """The newest version a micro-batch may read: the table's, or the one Trigger.AvailableNow started at."""
+        latest = self.table.version()
+        return latest if self._target is None else min(latest, self._target)
 
     def reportLatestOffset(self) -> dict | None:
         return {"version": self.table.version()}
@@ -183,20 +221,95 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for add in adds
         ]
 
+    def _snapshot(self, version: int) -> list[DataFile]:
+        return sorted(self.table.files(version=version), key=lambda f: f.uri)
+
+    def files_after(self, start: StreamPosition, stop: int) -> Iterator[tuple[StreamPosition, DataFile]]:
+        """Each data file after ``start`` up to version ``stop``, with the position once it is read (a
+        version's last file gives the version's whole form). A new stream's first read is the snapshot
+        at ``stop``."""
+
+        def numbered(
+            version: int, files: list[DataFile], first: int, snapshot: bool
+        ) -> Iterator[tuple[StreamPosition, DataFile]]:
+            for index in range(first, len(files)):
+                whole = index + 1 == len(files)
+                yield StreamPosition(version) if whole else StreamPosition(version, index + 1, snapshot), files[index]
+
+        if start.file is not None:
+            files = self._snapshot(start.version) if start.snapshot else self._added(start.version)
+            yield from numbered(start.version, files, start.file, start.snapshot)
+        elif start.version < 0:
+            if stop >= 0:
+                yield from numbered(stop, self._snapshot(stop), 0, True)
+            return
+        for version in range(start.version + 1, stop + 1):
+            yield from numbered(version, self._added(version), 0, False)
+
+    def files_between(self, start: dict, end: dict) -> list[DataFile]:
+        """The data files of the micro-batch from offset ``start`` to offset ``end``."""
+        begin, stop = StreamPosition.of(start), StreamPosition.of(end)
+        files: list[DataFile] = []
+        if stop == begin:
+            return files
+        for position, data_file in self.files_after(begin, stop.version):
+            files.append(data_file)
+            if position == stop:
+                break
+        return files
+
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        begin, stop = int(start["version"]), int(end["version"])
-        if stop <= begin:
-            return []
-        if begin < 0:  # the first batch of a new stream: the whole snapshot
-            files = self.table.files(version=stop)
-        else:
-            files = [f for version in range(begin + 1, stop + 1) for f in self._added(version)]
-        return group_files(files)
+        return group_files(self.files_between(start, end))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, FileSlice):  # Spark plans one InputPartition(None) when there are no files
             return iter(())
         return read_files(partition.files, self.schema)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to release: Delta versions are immutable."""
+
+
+class DeltaPrefetchingStreamReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow):
+    """The same stream read on the driver, ahead of each micro-batch (option ``prefetch``).
+
+    Spark asks :meth:`read` for the data after an offset when it plans a micro-batch (in the query's
+    source runner, a Python process on the driver) and keeps the Arrow batches in its block manager, so
+    the micro-batch runs no Python task. At most ``max_bytes`` of data files (and ``maxFilesPerTrigger``
+    files) are read at a time, even inside one version, so a new stream over a large table does not
+    hold the table in memory. Spark re-plans a micro-batch whose prefetch it no longer has (a restart)
+    with :meth:`readBetweenOffsets`, in a Python task: the same files, since the log is immutable.
+    """
+
+    def __init__(self, follower: DeltaStreamReader, *, max_bytes: int) -> None:
+        self.follower = follower
+        self.max_bytes = max_bytes
+
+    def initialOffset(self) -> dict:
+        return self.follower.initialOffset()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.follower.prepareForTriggerAvailableNow()
+
+    def read(self, start: dict) -> tuple[Iterator[pa.RecordBatch], dict]:
+        begin = StreamPosition.of(start)
+        stop = self.follower.readable_version()
+        max_files = self.follower.max_files
+        files: list[DataFile] = []
+        size, end = 0, begin
+        for position, data_file in self.follower.files_after(begin, stop):
+            if files and (size + data_file.size > self.max_bytes or (max_files and len(files) >= max_files)):
+                break
+            files.append(data_file)
+            size += data_file.size
+            end = position
+        else:  # everything up to stop, including commits that added no data
+            end = StreamPosition(max(stop, begin.version))
+        # A list's iterator: Spark copies it to replay a micro-batch from its prefetch.
+        return iter(list(read_files(files, self.follower.schema))), end.offset()
+
+    def readBetweenOffsets(self, start: dict, end: dict) -> Iterator[pa.RecordBatch]:
+        return iter(list(read_files(self.follower.files_between(start, end), self.follower.schema)))
 
     def commit(self, end: dict) -> None:
         """Nothing to release: Delta versions are immutable."""
@@ -273,7 +386,23 @@ class DeltaDataSource(DataSource):
         )
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        if (_option(self.options, "prefetch", "false") or "").lower() == "true":
+            # Spark's way to ask for the driver-side reader instead (simpleStreamReader)
+            raise PySparkNotImplementedError(
+                errorClass="NOT_IMPLEMENTED", messageParameters={"feature": "streamReader"}
+            )
         return DeltaStreamReader(self._table(), self._arrow_schema(), self.options)
+
+    def simpleStreamReader(self, schema: Any) -> SimpleDataSourceStreamReader:
+        budget = _option(self.options, "prefetchMaxBytes")
+        try:
+            max_bytes = int(budget) if budget else PREFETCH_MAX_BYTES
+        except ValueError:
+            max_bytes = 0
+        if max_bytes <= 0:
+            raise ConfigError(f"tidewater-delta prefetchMaxBytes={budget!r} must be a positive number of bytes")
+        follower = DeltaStreamReader(self._table(), self._arrow_schema(), self.options)
+        return DeltaPrefetchingStreamReader(follower, max_bytes=max_bytes)
 
     def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamArrowWriter:
         app_id = _option(self.options, "appId")
