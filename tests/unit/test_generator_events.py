@@ -339,6 +339,33 @@ def test_a_paced_run_catches_up_after_a_stall(monkeypatch: pytest.MonkeyPatch) -
     assert max(lags) >= 250  # the records the stall held back: sent late, stamped when they were due
 
 
+def test_a_paced_run_resumes_after_a_long_pause_instead_of_flooding(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past CATCH_UP_LIMIT_S behind (a suspended laptop), the schedule resumes from the wall clock: the
+    records after the pause keep their pace instead of going out at once."""
+    from tidewater.config import Settings
+    from tidewater.generator import producer as producer_module
+
+    class Pausing(_RecordingProducer):
+        def send(self, topic: str, *, key: bytes, value: bytes, timestamp_ms: int) -> _Acknowledged:
+            if len(self.sends) == 20:
+                time.sleep(0.4)
+            return super().send(topic, key=key, value=value, timestamp_ms=timestamp_ms)
+
+    fake = Pausing()
+    monkeypatch.setattr(producer_module, "CATCH_UP_LIMIT_S", 0.1)
+    monkeypatch.setattr(producer_module, "_check_topic", lambda settings, topic: None)
+    monkeypatch.setattr(producer_module, "_open_producer", lambda settings: (fake, False))
+    began = time.monotonic()
+    report = producer_module.produce(
+        Settings(kafka_bootstrap_servers="127.0.0.1:1"), "t", GeneratorConfig(rate=200), count=200, realtime=True
+    )
+
+    assert report.sent == 200
+    assert time.monotonic() - began >= 1.3  # ~1 s of schedule + the 0.4 s pause, not caught up
+    after = [sent_ms for _, sent_ms, _ in fake.sends[22:]]
+    assert after[-1] - after[0] >= 800  # the 178 records after the pause still at ~200/s (885 ms)
+
+
 def test_kafka_timestamp_keeps_a_past_simulated_time() -> None:
     from tidewater.generator.producer import kafka_timestamp
 

@@ -44,6 +44,9 @@ LINGER_MS = 10
 BATCH_BYTES = 256 * 1024
 PROGRESS_INTERVAL_S = 0.5  # progress callbacks at most ~2x per second
 PACING_SLACK_S = 0.001  # a paced record this close to its time goes now (a sleep costs about as much)
+# A paced run further behind than this (a suspended laptop, not a busy host) resumes its schedule from
+# now instead of sending everything the pause held back in one flood.
+CATCH_UP_LIMIT_S = 5.0
 # Errors that mean "this broker/cluster does not allow the idempotent producer".
 _IDEMPOTENCE_REJECTED = (
     kerr.ClusterAuthorizationFailedError,
@@ -251,7 +254,8 @@ def produce(
     ``realtime=True`` sends each record at its time on the simulated schedule (the configured rate,
     bursts included), which starts at the wall clock, so payload and Kafka times track real send
     times while the records stay exactly those of :func:`generate`; records a stall held back
-    (a busy host) go at once, so the schedule does not drift behind the clock. ``realtime=False``
+    (a busy host) go at once, so the schedule does not drift behind the clock (after a pause of
+    more than ``CATCH_UP_LIMIT_S`` the schedule resumes from the wall clock instead). ``realtime=False``
     sends as fast as possible (tests, benchmarks); Kafka timestamps are then capped at the wall
     clock (:func:`kafka_timestamp`).
     Raises :class:`ProduceError` if any record failed, TopicNotFoundError for a missing topic,
@@ -275,6 +279,7 @@ def produce(
     started = time.monotonic()
     last_progress = started
     first_scheduled: int | None = None
+    origin = started  # when the schedule's first record was due; moved on after a long pause
 
     def snapshot() -> ProduceReport:
         report.elapsed_s = time.monotonic() - started
@@ -293,7 +298,9 @@ def produce(
                 # so the schedule, and with it every payload and Kafka time, stays on the wall clock.
                 scheduled = record.timestamp_ms if record.scheduled_ms is None else record.scheduled_ms
                 first_scheduled = scheduled if first_scheduled is None else first_scheduled
-                due = started + (scheduled - first_scheduled) / 1000
+                due = origin + (scheduled - first_scheduled) / 1000
+                if now - due > CATCH_UP_LIMIT_S:
+                    origin, due = origin + (now - due), now
                 if duration_s is not None and due >= started + duration_s:
                     break
                 if due - now > PACING_SLACK_S and stop.wait(due - now):
