@@ -76,18 +76,21 @@ def gold_inputs(spark: SparkSession, layout: PipelineLayout, gold: GoldTable) ->
     ``build`` sets the watermarks (Spark disallows a second one on a watermarked column). A build that
     combines event inputs watermarks each before combining them (:func:`tidewater.transforms.watermarked_union`).
 
-    A gold table over one silver reads each micro-batch ahead on the driver (the Delta source's
-    ``prefetch``): no Python task per trigger beside the sources' (rsvps, 2,000 events/s: silver p95
-    1.83-1.92 s against 1.99-2.06 s). One over two silvers keeps a Python task per input: prefetching
-    both cost ads and vending ~0.3 GB more PSS, with no latency gain beyond the runs' spread.
+    With ``TIDEWATER_GOLD_PREFETCH`` a gold table over one silver reads each micro-batch ahead on the
+    driver (the Delta source's ``prefetch``): no Python task per trigger beside the sources' (rsvps,
+    2,000 events/s: silver p95 1.83-1.92 s against 1.99-2.06 s), but each row then goes through
+    Spark's block manager, which costs a drain of a backlog a quarter of its rate (18,904 against
+    25,581 events/s), so it is off by default. One over two silvers never prefetches: prefetching both
+    cost ads and vending ~0.3 GB more PSS, with no latency gain beyond the runs' spread.
     """
     inputs = layout.pipeline.inputs(gold)
+    prefetch = layout.settings.gold_prefetch and len(inputs) == 1
     return [
         # Batch recomputes overwrite silver intervals; the stream follows appends only.
         transforms.watermark_safe(
             spark.readStream.format("tidewater-delta")
             .option("skipChangeCommits", "true")
-            .option("prefetch", "true" if len(inputs) == 1 else "false")
+            .option("prefetch", str(prefetch).lower())
             .load(layout.source_table(source, "silver").uri),
             source.event_time,
             source.max_event_lead,
