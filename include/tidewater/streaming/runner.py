@@ -78,9 +78,9 @@ def gold_inputs(spark: SparkSession, layout: PipelineLayout, gold: GoldTable) ->
 
     With ``TIDEWATER_GOLD_PREFETCH`` a gold table over one silver reads each micro-batch ahead on the
     driver (the Delta source's ``prefetch``): no Python task per trigger beside the sources' (rsvps,
-    2,000 events/s: silver p95 1.83-1.92 s against 1.99-2.06 s), but each row then goes through
-    Spark's block manager, which costs a drain of a backlog a quarter of its rate (18,904 against
-    25,581 events/s), so it is off by default. One over two silvers never prefetches: prefetching both
+    2,000 events/s: silver p95 1.83-1.92 s against 1.99-2.06 s), but a drain of a backlog loses a
+    quarter of its rate (18,904 against 25,581 events/s; prefetched rows go through Spark's block
+    manager), so it is off by default. One over two silvers never prefetches: prefetching both
     cost ads and vending ~0.3 GB more PSS, with no latency gain beyond the runs' spread.
     """
     inputs = layout.pipeline.inputs(gold)
