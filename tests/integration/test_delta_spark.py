@@ -281,7 +281,7 @@ def test_stream_sink_and_reexecuted_micro_batch_is_a_noop(spark: SparkSession, t
 def test_stream_source_is_incremental_across_restarts(spark: SparkSession, tmp_path: Path, prefetch: str) -> None:
     """First batch = the whole snapshot (even after a remove commit in history); a restart from the
     checkpoint reads only the rows appended since; startingVersion=latest skips existing data. The same
-    with each micro-batch read ahead on the driver (``prefetch``, what gold queries use)."""
+    with each micro-batch read ahead on the driver (``prefetch``, what TIDEWATER_GOLD_PREFETCH turns on for gold)."""
     source = new_table(unique(tmp_path, "src"))
     source.merge(arrow([1, 2]), keys=["id"])
     source.replace_where(arrow([1, 2, 3]), "day = '2026-11-20'")  # removes files: fine before the stream starts

@@ -310,17 +310,16 @@ def test_kafka_timestamps_never_run_ahead_of_the_wall_clock(monkeypatch: pytest.
     assert [v for _, _, v in fake.sends] == [r.value for r in generated]  # records unchanged otherwise
 
 
-def test_a_paced_run_catches_up_after_a_stall(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A stalled producer (a busy host) sends what it held back at once instead of drifting behind
-    the clock: before, a 50 ms token bucket lost every stall for good, so the simulated (and Kafka)
-    times fell further behind the real sends, ~0.3 s a minute at 2,000/s on a busy 2-core host."""
+def _paced_run_with_a_stall(monkeypatch: pytest.MonkeyPatch, stall_s: float) -> tuple[_RecordingProducer, float, int]:
+    """200 records paced at 200/s through a fake producer that stalls ``stall_s`` before its 21st send:
+    (the producer with its sends, the run's seconds, records sent)."""
     from tidewater.config import Settings
     from tidewater.generator import producer as producer_module
 
     class Stalling(_RecordingProducer):
         def send(self, topic: str, *, key: bytes, value: bytes, timestamp_ms: int) -> _Acknowledged:
             if len(self.sends) == 20:
-                time.sleep(0.3)
+                time.sleep(stall_s)
             return super().send(topic, key=key, value=value, timestamp_ms=timestamp_ms)
 
     fake = Stalling()
@@ -330,9 +329,17 @@ def test_a_paced_run_catches_up_after_a_stall(monkeypatch: pytest.MonkeyPatch) -
     report = producer_module.produce(
         Settings(kafka_bootstrap_servers="127.0.0.1:1"), "t", GeneratorConfig(rate=200), count=200, realtime=True
     )
+    return fake, time.monotonic() - began, report.sent
 
-    assert report.sent == 200 and len(fake.sends) == 200
-    assert 0.95 <= time.monotonic() - began <= 1.6  # 200 at 200/s: ~1 s, the 0.3 s stall caught up
+
+def test_a_paced_run_catches_up_after_a_stall(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stalled producer (a busy host) sends what it held back at once instead of drifting behind
+    the clock: before, a 50 ms token bucket lost every stall for good, so the simulated (and Kafka)
+    times fell further behind the real sends, ~0.3 s a minute at 2,000/s on a busy 2-core host."""
+    fake, elapsed, sent = _paced_run_with_a_stall(monkeypatch, 0.3)
+
+    assert sent == 200 and len(fake.sends) == 200
+    assert 0.95 <= elapsed <= 1.6  # 200 at 200/s: ~1 s, the 0.3 s stall caught up
     lags = [sent_ms - stamp for stamp, sent_ms, _ in fake.sends]
     assert min(lags) >= 0  # never stamped after its send
     assert max(lags[:20]) < 150 and max(lags[-50:]) < 150  # on the clock before the stall and after it
@@ -342,26 +349,13 @@ def test_a_paced_run_catches_up_after_a_stall(monkeypatch: pytest.MonkeyPatch) -
 def test_a_paced_run_resumes_after_a_long_pause_instead_of_flooding(monkeypatch: pytest.MonkeyPatch) -> None:
     """Past CATCH_UP_LIMIT_S behind (a suspended laptop), the schedule resumes from the wall clock: the
     records after the pause keep their pace instead of going out at once."""
-    from tidewater.config import Settings
     from tidewater.generator import producer as producer_module
 
-    class Pausing(_RecordingProducer):
-        def send(self, topic: str, *, key: bytes, value: bytes, timestamp_ms: int) -> _Acknowledged:
-            if len(self.sends) == 20:
-                time.sleep(0.4)
-            return super().send(topic, key=key, value=value, timestamp_ms=timestamp_ms)
-
-    fake = Pausing()
     monkeypatch.setattr(producer_module, "CATCH_UP_LIMIT_S", 0.1)
-    monkeypatch.setattr(producer_module, "_check_topic", lambda settings, topic: None)
-    monkeypatch.setattr(producer_module, "_open_producer", lambda settings: (fake, False))
-    began = time.monotonic()
-    report = producer_module.produce(
-        Settings(kafka_bootstrap_servers="127.0.0.1:1"), "t", GeneratorConfig(rate=200), count=200, realtime=True
-    )
+    fake, elapsed, sent = _paced_run_with_a_stall(monkeypatch, 0.4)
 
-    assert report.sent == 200
-    assert time.monotonic() - began >= 1.3  # ~1 s of schedule + the 0.4 s pause, not caught up
+    assert sent == 200
+    assert elapsed >= 1.3  # ~1 s of schedule + the 0.4 s pause, not caught up
     after = [sent_ms for _, sent_ms, _ in fake.sends[22:]]
     assert after[-1] - after[0] >= 800  # the 178 records after the pause still at ~200/s (885 ms)
 

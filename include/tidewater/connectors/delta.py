@@ -93,6 +93,11 @@ def _option(options: Any, name: str, default: str | None = None) -> str | None:
     return lowered.get(name.lower(), default)
 
 
+def _flag(options: Any, name: str) -> bool:
+    """A true/false option, false unless given as true."""
+    return (_option(options, name, "false") or "").lower() == "true"
+
+
 def _path(options: Any) -> str:
     path = _option(options, "path")
     if not path:
@@ -152,7 +157,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.table = table
         self.schema = schema
         self.starting = (_option(options, "startingVersion", "earliest") or "earliest").lower()
-        self.skip_change_commits = (_option(options, "skipChangeCommits", "false") or "").lower() == "true"
+        self.skip_change_commits = _flag(options, "skipChangeCommits")
         max_files = _option(options, "maxFilesPerTrigger")
         self.max_files = int(max_files) if max_files else None
         self._target: int | None = None
@@ -386,7 +391,7 @@ class DeltaDataSource(DataSource):
         )
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        if (_option(self.options, "prefetch", "false") or "").lower() == "true":
+        if _flag(self.options, "prefetch"):
             # Spark's way to ask for the driver-side reader instead (simpleStreamReader)
             raise PySparkNotImplementedError(
                 errorClass="NOT_IMPLEMENTED", messageParameters={"feature": "streamReader"}
