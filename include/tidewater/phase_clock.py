@@ -15,7 +15,8 @@ and ``bronze/commit``. So a lake helper names its own steps and the writer says 
 An outer phase's time includes its inner ones'; a phase run twice in a batch adds up.
 
 A foreachBatch call runs on one driver thread from start to end, so the batch being timed is kept
-per thread. Outside a batch (a batch job, a test) :func:`phase` only costs two clock reads.
+per thread; a step the writer hands to a thread of its own takes the batch along with :func:`carry`.
+Outside a batch (a batch job, a test) :func:`phase` only costs two clock reads.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 
 # Batches whose phases no listener took (a query without one, a listener that fell behind): only the
 # newest are kept.
@@ -75,6 +76,27 @@ def phase(name: str) -> Iterator[None]:
     finally:
         path.pop()
         phases[full] = round(phases.get(full, 0.0) + (time.perf_counter() - started) * 1000, 1)
+
+
+def carry() -> Callable[[], AbstractContextManager[None]]:
+    """The batch open on this thread, and the phases open in it, for another thread to time its part
+    in: that thread runs it inside the returned context (no batch open here: it times nothing). The
+    writer that hands work to a thread must wait for it before its batch ends."""
+    phases = getattr(_current, "phases", None)
+    path = list(getattr(_current, "path", None) or [])
+
+    @contextmanager
+    def on_this_thread() -> Iterator[None]:
+        if phases is None or getattr(_current, "phases", None) is not None:
+            yield
+            return
+        _current.phases, _current.path = phases, list(path)
+        try:
+            yield
+        finally:
+            _current.phases, _current.path = None, []
+
+    return on_this_thread
 
 
 def take(query: str, batch_id: int) -> dict[str, float] | None:

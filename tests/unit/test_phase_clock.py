@@ -79,3 +79,32 @@ def test_lock_wait_is_a_phase_and_the_progress_record_carries_the_phases() -> No
     record = summarize(progress, 0, 0, phases)
     assert record["duration_ms"] == {"addBatch": 12, "triggerExecution": 15}
     assert record["phases_ms"]["silver"] == phases["silver"]
+
+
+def test_a_carried_batch_times_another_threads_part_under_the_phase_it_was_carried_from() -> None:
+    def commit(timed) -> None:
+        with timed(), phase_clock.phase("commit"):
+            time.sleep(0.02)
+
+    with phase_clock.batch("ns.p.bronze", 3):
+        with phase_clock.phase("bronze"):
+            worker = threading.Thread(target=commit, args=(phase_clock.carry(),))
+            worker.start()
+        with phase_clock.phase("silver"):
+            worker.join()
+    phases = phase_clock.take("ns.p.bronze", 3)
+    assert phases is not None and phases["bronze/commit"] >= 20
+    assert "commit" not in phases and "silver/commit" not in phases
+
+    # Carried from no batch, the other thread times nothing, and leaves no batch open behind it.
+    seen: list[object] = []
+
+    def outside(timed) -> None:
+        with timed(), phase_clock.phase("commit"):
+            pass
+        seen.append(getattr(phase_clock._current, "phases", None))
+
+    worker = threading.Thread(target=outside, args=(phase_clock.carry(),))
+    worker.start()
+    worker.join()
+    assert seen == [None]
