@@ -598,7 +598,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pipelines", help="comma-separated (default: every pipeline that declares sample events)")
     parser.add_argument("--runs", type=int, default=3, help="runs of each measure per pipeline (median and spread)")
-    parser.add_argument("--backlog", type=int, default=400_000, help="events preloaded for the throughput run")
+    parser.add_argument(
+        "--backlog",
+        type=int,
+        default=1_000_000,
+        help="events preloaded for the throughput run (and the recomputed hour)",
+    )
     parser.add_argument("--warmup-seconds", type=float, default=15.0)
     parser.add_argument("--rate", type=float, default=2000.0)
     parser.add_argument("--latency-seconds", type=float, default=40.0)
