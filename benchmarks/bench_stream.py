@@ -5,16 +5,19 @@ pipeline: bronze+silver per source and every gold table) against the embedded br
 file system, ``--runs`` times (3 by default: one run is not a figure on a shared 2-core host), and
 prints for each pipeline the median and the spread (min-max) of:
 
-1. sustained records/s from Kafka to silver (+ quarantine) while draining a backlog of the pipeline's
-   sample events in micro-batches of 100k (slope between 20% and 90% of the backlog, so start-up and
-   the last batch are not counted), and the peak RSS meanwhile;
+1. sustained records/s from Kafka to silver (+ quarantine) while draining a backlog of 1M (``--backlog``)
+   of the pipeline's sample events in micro-batches of 100k (slope between 20% and 90% of the backlog,
+   so start-up and the last batch are not counted), and the peak RSS meanwhile. The job is started for
+   the drain: its JVM compiles Spark's hot code as it goes (rsvps: the C2 compiler threads took 9.5,
+   5.7 and 3.5 s of CPU in three 20 s windows of a 2M drain), which a 400k backlog, three measured
+   micro-batches, mostly measured;
 2. end-to-end latency at a fixed offered rate with a 1-second trigger: for every event, the time of the
    silver Delta commit that made it visible minus its Kafka timestamp (p50, p95), and per gold table the
    commit of the first gold micro-batch that read it (p95); events of the first ``--warmup-seconds``
    are produced but not counted (JIT and Python worker start-up); and the peak RSS at that rate.
 3. the batch path over the drained backlog: its hour's silver and gold recomputed from bronze by
    ``tidewater batch recompute`` (the batch DAG's job), events/s in the job (its result line's seconds)
-   and with Spark's start-up, and its peak RSS (``--backlog 1000000`` for the 1M-event hour).
+   and with Spark's start-up, and its peak RSS (the default backlog is the issue's hour of 1M events).
 
 Peak RSS is the job's whole process tree (JVM + Python driver + Python workers), summed; beside it the
 peak PSS, the same tree with each page its forked Python workers share counted once. ``--profile`` also
@@ -23,7 +26,7 @@ writes where each micro-batch's time goes, per phase (:mod:`tidewater.phase_cloc
 
     ./tw bench                                  # every pipeline, 3 runs each
     ./tw bench --pipelines rsvps --runs 1 --profile
-    ./tw bench --backlog 800000 --rate 2000 --latency-seconds 60
+    ./tw bench --backlog 400000 --rate 2000 --latency-seconds 60
     ./tw bench --cluster    # on the cluster profile (tidewater.orchestration.cluster): Spark standalone
                             # master and worker, the lake on the S3 server, the broker's log on it,
                             # locks and leases in PostgreSQL
@@ -719,7 +722,9 @@ def write_profile(path: Path, results: dict[str, Any], machine: str, where: str)
         "`addBatch`, the writer's phases (`tidewater.phase_clock`; an indented phase is part of the one",
         "above it). `bronze/read` is one Spark job: the Kafka read (each payload checked against its",
         "contract in the reader), the rows cached for silver and brought to the driver, where delta-rs",
-        "writes them to bronze (`bronze/commit`); `silver/parse/rows to driver` is the parse over the cache.",
+        "writes them to bronze (`bronze/commit`, on a thread of its own while the parse runs: not part of",
+        "`bronze`'s time; `silver/bronze commit wait` is how long silver then waited for it before its",
+        "first commit); `silver/parse/rows to driver` is the parse over the cache.",
         "",
     ]
     for name, runs in results["pipelines"].items():

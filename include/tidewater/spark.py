@@ -97,8 +97,13 @@ def session_conf(
         "spark.ui.showConsoleProgress": "false",
         "spark.log.level": "WARN",
     }
+    java_options = [f"-Djava.io.tmpdir={scratch}"] if scratch else []
+    if streaming:  # applies where the session starts the JVM; spark-submit gets them from launch_stream_job
+        java_options += settings.stream_java_options.split()
+    if java_options:
+        conf["spark.driver.extraJavaOptions"] = " ".join(java_options)
     if scratch:
-        conf |= {"spark.local.dir": scratch, "spark.driver.extraJavaOptions": f"-Djava.io.tmpdir={scratch}"}
+        conf["spark.local.dir"] = scratch
         if streaming:
             conf |= {"spark.scheduler.mode": "FAIR", "spark.scheduler.allocation.file": scheduler_pools_file(scratch)}
     if not is_local_master(settings.spark_master):

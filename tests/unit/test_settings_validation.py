@@ -56,6 +56,8 @@ def refused(env: dict[str, str]) -> str:
         ("SPARK_DRIVER_MEMORY", "2gb", ["JVM memory size"]),
         ("SPARK_DRIVER_MEMORY", "-2g", ["JVM memory size"]),
         ("SPARK_DRIVER_MEMORY", "64m", ["at least 450m"]),
+        ("STREAM_JAVA_OPTIONS", "XX:+UseSerialGC", ["JVM options, each starting with '-'"]),
+        ("STREAM_JAVA_OPTIONS", "-XX:+UseSerialGC Xmx2g", ["e.g. -XX:+UseSerialGC"]),
         ("MAX_OFFSETS_PER_TRIGGER", "-5", ["=-5: must be from 1 to"]),
         ("MAX_OFFSETS_PER_TRIGGER", "0", ["from 1"]),
         ("MAX_OFFSETS_PER_TRIGGER", "1.5", ["must be a whole number"]),

@@ -14,6 +14,7 @@ from tidewater.spark import (
     is_local_master,
     session_conf,
 )
+from tidewater.streaming.jobs import stream_job_command
 
 S3 = {"AWS_ACCESS_KEY_ID": "key", "AWS_SECRET_ACCESS_KEY": "secret", "PYSPARK_PYTHON": "/venv/bin/python"}
 
@@ -100,6 +101,25 @@ def test_the_streaming_job_has_its_own_heap() -> None:
     assert session_conf(settings, {})["spark.driver.memory"] == "3g"
     assert session_conf(settings, {}, streaming=True)["spark.driver.memory"] == "768m"
     assert Settings().stream_driver_memory == "1g"
+
+
+def test_the_streaming_job_runs_with_its_own_jvm_options_however_it_is_started() -> None:
+    """In a session that starts its JVM (``tidewater stream``) and on spark-submit's command line (the
+    supervisor, the benchmarks): the same options, which batch jobs do not get."""
+    settings = Settings(stream_java_options="-XX:+UseSerialGC -XX:MaxMetaspaceSize=256m")
+    streaming = session_conf(settings, {}, scratch="/state/scratch/7", streaming=True)
+    assert streaming["spark.driver.extraJavaOptions"] == (
+        "-Djava.io.tmpdir=/state/scratch/7 -XX:+UseSerialGC -XX:MaxMetaspaceSize=256m"
+    )
+    batch = session_conf(settings, {}, scratch="/state/scratch/7")
+    assert batch["spark.driver.extraJavaOptions"] == "-Djava.io.tmpdir=/state/scratch/7"
+    assert "spark.driver.extraJavaOptions" not in session_conf(Settings(stream_java_options=""), {}, streaming=True)
+    assert Settings().stream_java_options == "-XX:+UseSerialGC"
+
+    command = stream_job_command(settings, "rsvps", ())
+    at = command.index("--driver-java-options")
+    assert command[at + 1] == "-XX:+UseSerialGC -XX:MaxMetaspaceSize=256m" and at < command.index("rsvps")
+    assert "--driver-java-options" not in stream_job_command(Settings(stream_java_options=" "), "rsvps", ())
 
 
 def test_the_streaming_job_serves_its_sources_before_gold() -> None:

@@ -20,6 +20,25 @@ from tidewater.paths import spark_job
 from tidewater.processes import spark_child_env
 
 
+def stream_job_command(settings: Settings, pipeline: str, extra_args: Sequence[str] = ()) -> list[str]:
+    """The spark-submit command line of ``pipeline``'s streaming job. spark-submit starts the JVM before
+    any of our code reads the session's conf, so the job's heap and JVM options are given here."""
+    java_options = settings.stream_java_options.strip()
+    return [
+        str(Path(sys.executable).parent / "spark-submit"),
+        "--master",
+        settings.spark_master,
+        "--driver-memory",
+        settings.stream_driver_memory,
+        "--conf",
+        "spark.driver.host=127.0.0.1",
+        *(["--driver-java-options", java_options] if java_options else []),
+        str(spark_job("stream")),
+        pipeline,
+        *extra_args,
+    ]
+
+
 def launch_stream_job(
     settings: Settings,
     pipeline: str,
@@ -29,19 +48,7 @@ def launch_stream_job(
     extra_env: dict[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
     """spark-submit the streaming job in its own process group (so it can be stopped as a whole)."""
-    spark_submit = Path(sys.executable).parent / "spark-submit"
-    command = [
-        str(spark_submit),
-        "--master",
-        settings.spark_master,
-        "--driver-memory",
-        settings.stream_driver_memory,
-        "--conf",
-        "spark.driver.host=127.0.0.1",
-        str(spark_job("stream")),
-        pipeline,
-        *extra_args,
-    ]
+    command = stream_job_command(settings, pipeline, extra_args)
     with open(log_path, "ab") as log_file:
         return subprocess.Popen(
             command,
