@@ -567,6 +567,18 @@ def phase_profile(progress_files: list[Path], *, min_rows: int = 1) -> dict[str,
     return profile
 
 
+def tree_order(phases: list[str]) -> list[str]:
+    """Phase paths in the order they ran, each under its parent: a phase another thread timed (the
+    bronze commit, beside the parse) starts after its parent's siblings did, but belongs under it."""
+    first = {name: index for index, name in enumerate(phases)}
+
+    def key(name: str) -> tuple[int, ...]:
+        parts = name.split("/")
+        return tuple(first.get("/".join(parts[: i + 1]), len(first)) for i in range(len(parts)))
+
+    return sorted(phases, key=key)
+
+
 def render_profile(title: str, profile: dict[str, dict[str, Any]]) -> list[str]:
     """A Markdown table per query: Spark's parts of a trigger, then the writer's phases as a tree."""
     lines = [f"### {title}", ""]
@@ -580,7 +592,7 @@ def render_profile(title: str, profile: dict[str, dict[str, Any]]) -> list[str]:
             "|---|---:|---:|",
         ]
         rows = [(f"Spark `{p}`", medians[f"spark:{p}"]) for p in SPARK_PARTS if f"spark:{p}" in medians]
-        writer = [k for k in medians if not k.startswith("spark:") and k != "total"]  # in the order they ran
+        writer = tree_order([k for k in medians if not k.startswith("spark:") and k != "total"])
         if "total" in medians:
             rows.append(("writer (inside addBatch)", medians["total"]))
         for name in writer:
