@@ -265,8 +265,8 @@ class BronzeSilverWriter:
 
 class BronzeCommit:
     """A micro-batch's bronze commit (under the bronze lock), on a thread of its own: delta-rs writes
-    while Spark parses the same rows (rsvps, 100k records: the commit took ~0.2 s of a ~4.4 s trigger
-    while nothing else ran). :meth:`wait` returns once it is done, raises what it raised, and passes
+    while Spark parses the same rows (rsvps, 100k records: ~0.2 s of a ~4.4 s trigger in which the query
+    did nothing else). :meth:`wait` returns once it is done, raises what it raised, and passes
     the crash point after a fresh commit (:func:`tidewater.faults.after_commit`) once."""
 
     def __init__(self, writer: BronzeSilverWriter, rows: pa.Table, batch_id: int):
