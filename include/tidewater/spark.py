@@ -98,7 +98,7 @@ def session_conf(
         "spark.log.level": "WARN",
     }
     java_options = [f"-Djava.io.tmpdir={scratch}"] if scratch else []
-    if streaming:  # applies where the session starts the JVM; spark-submit gets them from launch_stream_job
+    if streaming:  # applies where the session starts the JVM; spark-submit gets them from stream_job_command
         java_options += settings.stream_java_options.split()
     if java_options:
         conf["spark.driver.extraJavaOptions"] = " ".join(java_options)
