@@ -30,6 +30,7 @@ from tidewater.batch.result import BatchResult, TableOutcome
 from tidewater.batch.targets import check_run_id, commit_metadata, ensure_tables
 from tidewater.batch.windows import gold_closed_before, interval_gold
 from tidewater.config import Settings
+from tidewater.lake.collect import to_arrow
 from tidewater.lake.tables import CommitResult
 from tidewater.pipelines.base import FINAL, GoldTable, Pipeline
 from tidewater.pipelines.layout import PipelineLayout
@@ -108,9 +109,9 @@ def _correct_gold(
     # our comparison stale and our upsert overwrite it.
     with layout.lock(name).hold(f"batch {MODE} {interval} run {run_id}"):
         rows, events = interval_gold(gold, read, windows, closed, high=high)  # materialized: cheap to filter
-        new = rows.where(F.col("status") == FINAL).toArrow()
+        new = to_arrow(rows.where(F.col("status") == FINAL))
         # A kind whose rows merge (sessions) loses a published row that silver no longer supports.
-        supported = rows.select(*gold.keys).toArrow() if gold.rows_merge else None
+        supported = to_arrow(rows.select(*gold.keys)) if gold.rows_merge else None
         old = sources.gold_for(spark, table, windows)
         plan = plan_correction(old, new, gold.keys, supported=supported, span=gold.span)
         if plan.rows.num_rows == 0 and not plan.removed:

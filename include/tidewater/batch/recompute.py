@@ -55,6 +55,7 @@ from tidewater.batch.targets import check_run_id, commit_metadata, ensure_tables
 from tidewater.batch.windows import gold_closed_before, interval_gold
 from tidewater.config import Settings
 from tidewater.errors import ConfigError
+from tidewater.lake.collect import to_arrow
 from tidewater.lake.reads import read_table
 from tidewater.pipelines.base import GoldTable, Pipeline, Source
 from tidewater.pipelines.layout import PipelineLayout
@@ -280,7 +281,7 @@ def _rebuild_silver(
             outside = held.where(~Selection(source.event_time, plan.interval).column())
             fresh = fresh.join(outside.select(source.key), on=source.key, how="left_anti")
         with phase_clock.phase("rows to driver"):  # bronze read, parse, de-duplication: one Spark job
-            arrow = fresh.toArrow()
+            arrow = to_arrow(fresh)
         with phase_clock.phase("sort"):  # file layout by date and time: in Arrow, no Spark range shuffle
             order = (source.partition_column, source.event_time, source.key)
             arrow = arrow.sort_by([(column, "ascending") for column in order])
@@ -384,7 +385,7 @@ def _rebuild_gold(
     with target.lock(name).hold(plan.purpose):
         rows, events = interval_gold(gold, read, windows, closed, high=high)
         with phase_clock.phase("rows to driver"):  # silver read and the windows' aggregation
-            new = rows.toArrow()
+            new = to_arrow(rows)
         with phase_clock.phase("reconcile"):
             old = sources.gold_for(spark, table, windows)
             reconciled = reconcile_recompute(old, new, gold.keys, span=gold.span)

@@ -29,6 +29,7 @@ from tidewater.batch.gold_diff import index_rows, measure_columns
 from tidewater.batch.interval import Interval
 from tidewater.batch.predicates import Selection
 from tidewater.batch.windows import gold_closed_before, interval_gold
+from tidewater.lake.collect import to_arrow
 from tidewater.pipelines.base import FINAL, WINDOW_SPAN
 from tidewater.pipelines.layout import PipelineLayout
 
@@ -62,8 +63,8 @@ def check_parity(
             continue
         read = sources.input_reader(spark, layout, gold, closed=closed)
         rows, _ = interval_gold(gold, read, Selection(gold.span[0], interval), closed, high=high)
-        published = frame.where(F.col("status") == FINAL).toArrow()
-        out.append(compare(name, published, rows.toArrow(), gold.keys, span=gold.span, closed=closed))
+        published = to_arrow(frame.where(F.col("status") == FINAL))
+        out.append(compare(name, published, to_arrow(rows), gold.keys, span=gold.span, closed=closed))
     return out
 
 
