@@ -8,6 +8,7 @@ import json
 import random
 
 import pyarrow as pa
+import pyarrow.dataset as ds
 import pytest
 
 from tidewater.batch.gold_diff import (
@@ -232,6 +233,23 @@ def test_selection_predicate_and_entities():
     assert Selection("t", interval, "name", ("O'Brien",)).sql().endswith("`name` IN ('O''Brien')")
     with pytest.raises(ConfigError, match="not a valid"):
         coerce_entities(["abc"], "venue_id", pa.int64())
+
+
+def test_selection_arrow_filter_picks_the_interval_start_inclusive_end_exclusive():
+    interval = Interval.parse("2026-11-21T10:00Z", "2026-11-21T11:00Z")
+    at = [
+        dt.datetime(2026, 11, 21, 9, 59, 59, 999999, tzinfo=dt.UTC),
+        interval.start,
+        interval.end - dt.timedelta(microseconds=1),
+        interval.end,
+    ]
+    rows = pa.table(
+        {"window_start": pa.array(at, pa.timestamp("us", "UTC")), "venue_id": pa.array([1, 2, 3, 2], pa.int64())}
+    )
+    picked = ds.dataset(rows).to_table(filter=Selection("window_start", interval).arrow())
+    assert picked.column("window_start").to_pylist() == at[1:3]
+    only_2 = Selection("window_start", interval, "venue_id", (2,)).arrow()
+    assert ds.dataset(rows).to_table(filter=only_2).column("venue_id").to_pylist() == [2]
 
 
 # ---- rows that merge (sessions) ---------------------------------------------------------------------

@@ -112,7 +112,7 @@ def _correct_gold(
         new = to_arrow(rows.where(F.col("status") == FINAL))
         # A kind whose rows merge (sessions) loses a published row that silver no longer supports.
         supported = to_arrow(rows.select(*gold.keys)) if gold.rows_merge else None
-        old = sources.gold_for(spark, table, windows)
+        old = sources.gold_for(table, windows)
         plan = plan_correction(old, new, gold.keys, supported=supported, span=gold.span)
         if plan.rows.num_rows == 0 and not plan.removed:
             return TableOutcome.of(CommitResult(False, table.version())), None

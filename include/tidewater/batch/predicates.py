@@ -1,5 +1,5 @@
-"""One selection, two spellings: the Spark filter that picks rows to recompute and the delta-rs
-predicate that replaces exactly those rows.
+"""One selection, three spellings: the Spark filter that picks rows to recompute, the delta-rs
+predicate that replaces exactly those rows, and the Arrow filter that reads what a table holds there.
 
 A recompute reads ``rows matching P`` and atomically replaces ``rows matching P`` in the target, so
 the two spellings must select the same rows; keeping them side by side (and pure) is how they stay
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
@@ -75,6 +76,16 @@ class Selection:
         if self.entities and self.entity_column:
             return F.col(self.entity_column).isin(list(self.entities))
         return F.lit(True)
+
+    def arrow(self) -> pc.Expression:
+        """The Arrow dataset filter (reads with delta-rs, no Spark)."""
+        time = pc.field(self.time_column)
+        expression = (time >= pa.scalar(self.interval.start, pa.timestamp("us", "UTC"))) & (
+            time < pa.scalar(self.interval.end, pa.timestamp("us", "UTC"))
+        )
+        if self.entities and self.entity_column:
+            expression &= pc.field(self.entity_column).isin(list(self.entities))
+        return expression
 
     def sql(self, alias: str | None = None) -> str:
         """The delta-rs predicate (optionally on a MERGE alias such as ``t``)."""

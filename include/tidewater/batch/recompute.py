@@ -387,7 +387,7 @@ def _rebuild_gold(
         with phase_clock.phase("rows to driver"):  # silver read and the windows' aggregation
             new = to_arrow(rows)
         with phase_clock.phase("reconcile"):
-            old = sources.gold_for(spark, table, windows)
+            old = sources.gold_for(table, windows)
             reconciled = reconcile_recompute(old, new, gold.keys, span=gold.span)
         entries = []
         version = None

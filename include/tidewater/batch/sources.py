@@ -22,7 +22,6 @@ from tidewater.batch.interval import Interval
 from tidewater.batch.predicates import Selection
 from tidewater.config import Settings
 from tidewater.connectors.kafka_source import source_options
-from tidewater.lake.collect import to_arrow
 from tidewater.lake.reads import read_table
 from tidewater.lake.tables import LakeTable
 from tidewater.pipelines.base import GoldTable, Source
@@ -120,10 +119,10 @@ def silver_highs(spark: SparkSession, layout: PipelineLayout) -> dict[str, dt.da
     return highs
 
 
-def gold_for(spark: SparkSession, table: LakeTable, selection: Selection) -> pa.Table:
-    """Published gold rows of ``selection`` (on ``window_start``), on the driver (in pieces: an hour of a
-    join can hold millions of rows)."""
-    return to_arrow(read_table(spark, table.uri).where(selection.column()))
+def gold_for(table: LakeTable, selection: Selection) -> pa.Table:
+    """Published gold rows of ``selection`` (on ``window_start``), on the driver, read by delta-rs: an hour
+    of a join can hold millions of rows (pageviews: 3.6M), which through Spark took 15 s of its recompute."""
+    return table.read_where(selection.arrow())
 
 
 def max_event_time(spark: SparkSession, table: LakeTable, column: str) -> dt.datetime | None:

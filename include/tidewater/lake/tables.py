@@ -187,6 +187,13 @@ class LakeTable:
             filter=pc.field(column).isin(values.unique()),
         )
 
+    def read_where(self, condition: pc.Expression) -> pa.Table:
+        """Rows of the current snapshot matching ``condition``, on the driver (no Spark), in the table's
+        column types; file statistics skip files that cannot match."""
+        table = self.open()
+        schema = self.arrow_schema(table)
+        return table.to_pyarrow_dataset().to_table(filter=condition).select(schema.names).cast(schema)
+
     def row_count(self) -> int:
         """Rows in the current snapshot, from file statistics (no data is read)."""
         return sum(f.num_records or 0 for f in self.files())
