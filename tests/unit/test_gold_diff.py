@@ -8,12 +8,15 @@ import json
 import random
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pytest
 
 from tidewater.batch.gold_diff import (
     _reconcile_recompute_columns,
     _reconcile_recompute_rows,
+    _RowByRow,
+    _unique_sorted_keys,
     measure_columns,
     plan_correction,
     reconcile_recompute,
@@ -350,3 +353,33 @@ def _changes(result) -> list[tuple]:
         )
         for c in result.changes
     ]
+
+
+def test_repeated_or_null_keys_take_the_row_by_row_definition():
+    """Keys that repeat in the recomputed rows, in published rows silver still has or no longer has, or
+    that are null: the column-wise path declines them, and the result is the definition's."""
+    a, b, c = row(0, 1, 2, status="final"), row(5, 1, 3, status="final"), row(10, 2, 1, status="final")
+    a_again = row(0, 1, 9, status="final", revision=1)
+    null_key = {**row(15, 3, 1), "venue_id": None}
+    cases = {
+        "repeat in new": (table(a, b), table(a, a_again, c)),
+        "repeat in old, still in new": (table(a, a_again, b), table(a, c)),
+        "repeat in old, gone from new": (table(a, a_again, b), table(b, c)),
+        "null key in new": (table(a), table(a, null_key)),
+        "null key in old": (table(a, null_key), table(a)),
+    }
+    for name, (old, new) in cases.items():
+        with pytest.raises(_RowByRow):
+            _reconcile_recompute_columns(old, new, KEYS, ("window_start", "window_end"))
+        got, want = reconcile_recompute(old, new, KEYS), _reconcile_recompute_rows(old, new, KEYS)
+        assert _nan_equal(got.rows, want.rows), name
+        assert _changes(got) == _changes(want), name
+
+
+def test_unique_keys_are_told_from_sorted_neighbours():
+    t = table(row(0, 1, 2), row(0, 2, 2), row(5, 1, 2))
+    order = pc.sort_indices(t.select(list(KEYS)), sort_keys=[(k, "ascending") for k in KEYS])
+    assert _unique_sorted_keys(t, KEYS, order)
+    twice = table(row(0, 1, 2), row(5, 1, 2), row(0, 1, 7))
+    order = pc.sort_indices(twice.select(list(KEYS)), sort_keys=[(k, "ascending") for k in KEYS])
+    assert not _unique_sorted_keys(twice, KEYS, order)

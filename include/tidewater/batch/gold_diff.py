@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -137,13 +138,30 @@ class _RowByRow(Exception):
 
 
 def _positions(n: int) -> pa.Array:
-    return pa.array(range(n), pa.int64())
+    return pa.array(np.arange(n, dtype=np.int64))  # from a range: 0.2 s per 3.6M
 
 
 def _unique_non_null_keys(table: pa.Table, keys: Sequence[str]) -> bool:
     if any(table.column(k).null_count for k in keys):
         return False
     return table.select(list(keys)).group_by(list(keys)).aggregate([]).num_rows == table.num_rows
+
+
+def _unique_sorted_keys(table: pa.Table, keys: Sequence[str], order: pa.Array) -> bool:
+    """No null key and no key twice, given ``order`` (the rows sorted by ``keys``): equal keys are neighbours.
+    A quarter of the cost of grouping on 3.6M rows. Float keys are grouped instead (NaN is not equal to itself)."""
+    if any(pa.types.is_floating(table.schema.field(k).type) for k in keys):
+        return _unique_non_null_keys(table, keys)
+    if any(table.column(k).null_count for k in keys):
+        return False
+    if table.num_rows < 2:
+        return True
+    repeated = None
+    for k in keys:
+        column = table.column(k).take(order).combine_chunks()
+        same = pc.equal(column.slice(1), column.slice(0, table.num_rows - 1))
+        repeated = same if repeated is None else pc.and_(repeated, same)
+    return not pc.any(repeated).as_py()
 
 
 def _matches(left: pa.Table, right: pa.Table, keys: Sequence[str], how: str) -> pa.Table:
@@ -168,17 +186,20 @@ def _all_equal(new: pa.Table, prior: pa.Table, measures: Sequence[str]) -> pa.Ar
 
 
 def _reconcile_recompute_columns(old: pa.Table, new: pa.Table, keys: Sequence[str], span: Sequence[str]) -> Reconciled:
-    if not (_unique_non_null_keys(old, keys) and _unique_non_null_keys(new, keys)):
+    order = pc.sort_indices(new.select(list(keys)), sort_keys=[(k, "ascending") for k in keys])
+    if not _unique_sorted_keys(new, keys, order) or any(old.column(k).null_count for k in keys):
         raise _RowByRow
     measures = measure_columns(new.column_names, keys, span)
-    # For each new row, the position of the published row of its key (null: none).
+    # For each new row, the position of the published row of its key (null: none). A published key
+    # that repeats gives a new row two matches; one silver no longer has is checked with the removals.
     pairs = _matches(new, old, keys, "left outer").sort_by("__l")
+    if pairs.num_rows != new.num_rows:
+        raise _RowByRow
     prior_at = pairs.column("__r").combine_chunks()
     prior = old.take(prior_at)  # null rows where there is none
     prior_final = pc.fill_null(pc.equal(prior.column("status"), FINAL), False)
     candidates = pc.and_(prior_final, pc.invert(_all_equal(new, prior, measures))).combine_chunks()
     changes: list[RowChange] = []
-    order = pc.sort_indices(new.select(list(keys)), sort_keys=[(k, "ascending") for k in keys])
     to_check = pc.filter(order, candidates.take(order)).to_pylist()  # in key order
     bumped: list[int] = []
     if to_check:
@@ -199,7 +220,12 @@ def _reconcile_recompute_columns(old: pa.Table, new: pa.Table, keys: Sequence[st
     out = out.set_column(out.schema.get_field_index("revision"), new.schema.field("revision"), revisions)
     out = out.take(order)
     # Published rows silver no longer has: a final one is a removal, with an entry.
-    gone = _matches(old, new, keys, "left anti").column("__l").to_pylist()
+    # Published rows no new row matched (the join above named every matched one: no second join).
+    matched = pc.drop_null(prior_at)
+    gone = pc.filter(_positions(old.num_rows), pc.invert(pc.is_in(_positions(old.num_rows), value_set=matched)))
+    gone = gone.to_pylist()
+    if gone and not _unique_non_null_keys(old.take(gone), keys):
+        raise _RowByRow
     if gone:
         finals = [r for r in old.take(gone).to_pylist() if r.get("status") == FINAL]
         for prior_row in sorted(finals, key=lambda r: _sort_key(tuple(r[k] for k in keys))):
