@@ -2,7 +2,7 @@
 predicate that replaces exactly those rows, and the Arrow filter that reads what a table holds there.
 
 A recompute reads ``rows matching P`` and atomically replaces ``rows matching P`` in the target, so
-the two spellings must select the same rows; keeping them side by side (and pure) is how they stay
+the spellings must select the same rows; keeping them side by side (and pure) is how they stay
 in step. Entity values arrive as command-line strings and are converted to the column's type here.
 """
 
