@@ -38,19 +38,30 @@ from tidewater.processes import exit_on_sigterm
 BIN = Path(sys.executable).parent
 
 
-def wait(predicate, timeout_s: float, what: str) -> float:
+def wait(predicate, timeout_s: float, what: str, missing=None) -> float:
+    """When ``predicate()`` held; on a timeout, one line naming ``what`` (and ``missing()``: what was still
+    absent)."""
     start = time.monotonic()
     while time.monotonic() - start < timeout_s:
         if predicate():
             return time.monotonic()
         time.sleep(0.5)
-    raise SystemExit(f"bench_platform: timed out waiting for {what}")
+    absent = f": still none in {', '.join(missing())}" if missing else ""
+    raise SystemExit(f"bench_platform: timed out after {timeout_s:.0f} s waiting for {what}{absent}")
+
+
+def without_rows(tables: list) -> list[str]:
+    """The tables (as <pipeline>/<table>) with no row yet."""
+    return ["/".join(t.uri.rstrip("/").split("/")[-2:]) for t in tables if not (t.exists() and t.row_count() > 0)]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=120.0, help="how long to sample memory once running")
     parser.add_argument("--rate", type=float, default=150.0, help="generated events per second, per pipeline")
+    parser.add_argument(
+        "--start-timeout", type=float, default=300.0, help="seconds to wait for every source's first silver rows"
+    )
     args = parser.parse_args()
     exit_on_sigterm()  # a killed bench still stops the platform it started
 
@@ -79,7 +90,9 @@ def main() -> None:
     try:
         healthy = wait(lambda: "Airflow UI at" in log.read_text(), 300, "Airflow")
         running = wait(lambda: all(c.health().state == RUNNING for c in controls.values()), 400, "the streams")
-        first_rows = wait(lambda: all(t.exists() and t.row_count() > 0 for t in silvers), 300, "silver rows")
+        first_rows = wait(
+            lambda: not without_rows(silvers), args.start_timeout, "silver rows", lambda: without_rows(silvers)
+        )
         recorded = json.loads((Path(settings.state_dir) / "platform.json").read_text())
         airflow_pids, broker_pid = recorded["airflow_pids"], recorded["broker_pid"]
         end = time.monotonic() + args.seconds
