@@ -219,15 +219,14 @@ def _reconcile_recompute_columns(old: pa.Table, new: pa.Table, keys: Sequence[st
     out = new.set_column(new.schema.get_field_index("status"), new.schema.field("status"), statuses)
     out = out.set_column(out.schema.get_field_index("revision"), new.schema.field("revision"), revisions)
     out = out.take(order)
-    # Published rows silver no longer has: a final one is a removal, with an entry.
-    # Published rows no new row matched (the join above named every matched one: no second join).
-    matched = pc.drop_null(prior_at)
-    gone = pc.filter(_positions(old.num_rows), pc.invert(pc.is_in(_positions(old.num_rows), value_set=matched)))
-    gone = gone.to_pylist()
-    if gone and not _unique_non_null_keys(old.take(gone), keys):
-        raise _RowByRow
-    if gone:
-        finals = [r for r in old.take(gone).to_pylist() if r.get("status") == FINAL]
+    # Published rows silver no longer has (no new row matched them: the join above named every matched
+    # one, so no second join); a final one is a removal, with an entry.
+    positions = _positions(old.num_rows)
+    gone = old.take(pc.filter(positions, pc.invert(pc.is_in(positions, value_set=pc.drop_null(prior_at)))))
+    if gone.num_rows:
+        if not _unique_non_null_keys(gone, keys):
+            raise _RowByRow
+        finals = [r for r in gone.to_pylist() if r.get("status") == FINAL]
         for prior_row in sorted(finals, key=lambda r: _sort_key(tuple(r[k] for k in keys))):
             old_values = {m: prior_row.get(m) for m in measures}
             changes.append(_change(prior_row, keys, span, old_values, None, int(prior_row.get("revision") or 0) + 1))

@@ -280,7 +280,7 @@ def _rebuild_silver(
         if held is not None:  # a key silver holds with an event time outside the interval stays there
             outside = held.where(~Selection(source.event_time, plan.interval).column())
             fresh = fresh.join(outside.select(source.key), on=source.key, how="left_anti")
-        with phase_clock.phase("rows to driver"):  # bronze read, parse, de-duplication: one Spark job
+        with phase_clock.phase("rows to driver"):  # bronze read, parse, de-duplication (in to_arrow's count)
             arrow = to_arrow(fresh)
         with phase_clock.phase("sort"):  # file layout by date and time: in Arrow, no Spark range shuffle
             order = (source.partition_column, source.event_time, source.key)
