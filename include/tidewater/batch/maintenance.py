@@ -42,7 +42,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 from deltalake.transaction import CommitProperties
@@ -52,7 +51,7 @@ from tidewater.errors import ConfigError, LakePathError, TidewaterError
 from tidewater.lake.files import partition_value_text
 from tidewater.lake.locks import WriterLock
 from tidewater.lake.storage import filesystem
-from tidewater.lake.tables import LakeTable
+from tidewater.lake.tables import LakeTable, add_actions
 from tidewater.pipelines import get_pipeline
 from tidewater.pipelines.base import Pipeline
 from tidewater.pipelines.layout import PipelineLayout
@@ -187,7 +186,7 @@ class _Snapshot:
 
 
 def _snapshot(table: DeltaTable) -> _Snapshot:
-    actions = pa.table(table.get_add_actions(flatten=True))
+    actions = add_actions(table)
     size = sum(actions.column("size_bytes").to_pylist()) if actions.num_rows else 0
     return _Snapshot(int(table.version()), actions.num_rows, int(size))
 
@@ -202,7 +201,7 @@ def target_file_size(table: DeltaTable, override: int | None = None) -> int:
 def compaction_plan(table: DeltaTable, target_size: int) -> list[tuple[dict[str, str | None], int]]:
     """Partitions worth compacting: those with two or more files below the target size (what delta-rs
     would bin together), as (partition values, number of small files), largest first."""
-    actions = pa.table(table.get_add_actions(flatten=True))
+    actions = add_actions(table)
     columns = [c for c in actions.column_names if c.startswith("partition.")]
     small: dict[tuple[tuple[str, str | None], ...], int] = {}
     for row in actions.select(["size_bytes", *columns]).to_pylist():

@@ -23,7 +23,7 @@ from tidewater.batch.predicates import Selection
 from tidewater.config import Settings
 from tidewater.connectors.kafka_source import source_options
 from tidewater.lake.reads import read_table
-from tidewater.lake.tables import LakeTable
+from tidewater.lake.tables import LakeTable, add_actions
 from tidewater.pipelines.base import GoldTable, Source
 from tidewater.pipelines.layout import PipelineLayout
 
@@ -128,7 +128,7 @@ def gold_for(table: LakeTable, selection: Selection) -> pa.Table:
 def max_event_time(spark: SparkSession, table: LakeTable, column: str) -> dt.datetime | None:
     """The latest event time in a table, from the Delta log's file statistics (no data read) when every
     file has them, else by scanning the column."""
-    actions = pa.table(table.open().get_add_actions(flatten=True))
+    actions = add_actions(table.open())
     if actions.num_rows == 0:
         return None
     stat = f"max.{column}"

@@ -35,6 +35,7 @@ from tidewater.batch.requests import (
 from tidewater.config import Settings
 from tidewater.connectors.kafka_client import KafkaPythonClient, PartitionClient, kafka_python_config
 from tidewater.errors import ConfigError
+from tidewater.lake.tables import add_actions
 from tidewater.pipelines.base import Pipeline
 from tidewater.pipelines.layout import PipelineLayout
 from tidewater.times import iso
@@ -153,7 +154,7 @@ def _bronze_holds(layout: PipelineLayout, name: str, request: ReplayRequest, ske
             f"there is no bronze table for {where} ({table.uri}): nothing to replay from; "
             "run the stream first, or replay from source=kafka"
         )
-    actions = pa.table(table.open().get_add_actions(flatten=True))
+    actions = add_actions(table.open())
     records = sum(n or 0 for n in actions.column("num_records").to_pylist()) if actions.num_rows else 0
     if not records:
         raise ConfigError(f"bronze {where} holds no records; nothing to replay in {_range(request)}")

@@ -123,10 +123,11 @@ def interval_args(pipeline: str, start: Any, end: Any, run_id: str) -> list[str]
 def _first_arrival(bronze: Any) -> tuple[int, dt.datetime | None]:
     """Bronze's data files and earliest Kafka timestamp, from the Delta log's file statistics (no data
     read); the time is None when a file has no statistics."""
-    import pyarrow as pa
     import pyarrow.compute as pc
 
-    actions = pa.table(bronze.open().get_add_actions(flatten=True))
+    from tidewater.lake.tables import add_actions
+
+    actions = add_actions(bronze.open())
     stat = "min.kafka_timestamp"
     if actions.num_rows == 0 or stat not in actions.column_names or actions.column(stat).null_count:
         return actions.num_rows, None

@@ -23,6 +23,7 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from tidewater.config import Settings, check_namespace, is_namespace
 from tidewater.lake.storage import storage_options
+from tidewater.lake.tables import add_actions
 from tidewater.pipelines import all_pipelines
 from tidewater.pipelines.layout import PipelineLayout
 from tidewater.query.encode import json_value
@@ -141,7 +142,7 @@ def table_info(ref: TableRef) -> TableInfo:
     info.exists = True
     try:
         info.version = int(table.version())
-        actions = pa.table(table.get_add_actions(flatten=True))
+        actions = add_actions(table)
         info.files = actions.num_rows
         info.size_bytes = int(sum(actions.column("size_bytes").to_pylist())) if info.files else 0
         if "num_records" in actions.column_names:
