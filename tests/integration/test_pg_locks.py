@@ -42,6 +42,8 @@ HOLDER = textwrap.dedent(
     with lock.hold("a recompute on another host"):
         print("held", flush=True)
         time.sleep(float(sys.argv[3]))
+        releasing = time.time()  # before the release: whoever gets the lock next gets it after this
+    print("released", releasing, flush=True)
     """
 )
 
@@ -79,13 +81,14 @@ def test_a_holder_in_another_process_tree_excludes_us_until_it_releases(postgres
     try:
         lock = PostgresLock(postgres.dsn, "live/rsvps/gold.a", timeout_s=30)
         assert lock.holder().startswith("a recompute on another host (pid")
-        began = time.monotonic()
         with lock.hold("the stream's commit"):
-            waited = time.monotonic() - began
-            assert holder.poll() is not None  # it had finished: we got the lock after it
+            acquired = time.time()
             assert lock.holder() is not None
-        assert waited > 0.5
         assert lock.holder() is None
+        # We got the lock only once the holder had let it go (its process may still be exiting).
+        assert holder.stdout is not None
+        word, released = holder.stdout.readline().split()
+        assert word == "released" and acquired >= float(released)
     finally:
         holder.kill()
         holder.wait()
