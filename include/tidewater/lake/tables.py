@@ -169,6 +169,13 @@ class LakeTable:
         """Live data files of an opened snapshot."""
         actions = add_actions(table)
         partition_columns = [c for c in actions.column_names if c.startswith("partition.")]
+        # Only the columns used: a timestamp column's to_pylist() imports pandas too.
+        used = [
+            "path",
+            "size_bytes",
+            *partition_columns,
+            *(["num_records"] if "num_records" in actions.column_names else []),
+        ]
         return [
             DataFile(
                 f"{self.uri}/{row['path']}",
@@ -176,7 +183,7 @@ class LakeTable:
                 {c.removeprefix("partition."): _text(row.get(c)) for c in partition_columns},
                 row.get("num_records"),
             )
-            for row in actions.to_pylist()
+            for row in actions.select(used).to_pylist()
         ]
 
     def lookup(self, column: str, values: pa.Array, columns: Sequence[str] | None = None) -> pa.Table:
