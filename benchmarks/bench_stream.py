@@ -103,20 +103,77 @@ def session_rss_bytes(sid: int) -> int:
     return total
 
 
-def session_pss_bytes(sid: int) -> int:
-    """Summed proportional set size of session ``sid``: each shared page split between the processes
-    sharing it, so the sum is the memory the session really holds."""
-    total = 0
+# Spark starts one Python daemon per worker module and forks that module's workers from it.
+WORKER_ROLES = {
+    "pyspark.worker": "task worker",
+    "pyspark.sql.worker.plan_data_source_read": "read-planning worker",
+    "pyspark.sql.worker.create_data_source": "source-creation worker",
+    "pyspark.sql.worker.lookup_data_sources": "source-lookup worker",
+    "pyspark.sql.worker.python_streaming_sink_runner": "streaming-sink runner",
+}
+
+
+def process_role(argv: list[str], parent_argv: list[str]) -> str:
+    """What a process of a streaming job's tree is, from its command line and its parent's: a forked
+    Python worker has its daemon's command line, so the parent tells a daemon from its workers."""
+    if not argv:
+        return "other"
+    program = os.path.basename(argv[0])
+    if program == "java":
+        return "JVM"
+    if "-m" in argv[:-1]:
+        module = argv[argv.index("-m") + 1]
+        if module == "pyspark.daemon":
+            worker_module = argv[argv.index("-m") + 2] if len(argv) > argv.index("-m") + 2 else "pyspark.worker"
+            if parent_argv == argv:
+                return WORKER_ROLES.get(worker_module, f"{worker_module} worker")
+            return "Python daemon"
+        if module.endswith("python_streaming_source_runner"):
+            return "streaming-source runner"
+        return module
+    if any(arg.endswith("spark_jobs/stream.py") for arg in argv):
+        return "Python driver"
+    return program
+
+
+def _argv(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return [part.decode(errors="replace") for part in handle.read().split(b"\0") if part]
+    except OSError:
+        return []
+
+
+def _parent(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return int(handle.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def session_pss_by_role(sid: int) -> list[tuple[str, int]]:
+    """(role, PSS bytes) of each process of session ``sid`` (see :func:`process_role`). PSS splits each
+    shared page between the processes sharing it, so the sum is the memory the session really holds."""
+    out = []
     for pid in session_pids(sid):
         try:
             with open(f"/proc/{pid}/smaps_rollup") as handle:
-                for line in handle:
-                    if line.startswith("Pss:"):
-                        total += int(line.split()[1]) * 1024
-                        break
+                pss = next((int(line.split()[1]) * 1024 for line in handle if line.startswith("Pss:")), 0)
         except (OSError, IndexError, ValueError):
             continue
-    return total
+        out.append((process_role(_argv(pid), _argv(_parent(pid))), pss))
+    return out
+
+
+def by_role(processes: list[tuple[str, int]]) -> dict[str, list[float]]:
+    """role -> [processes, MiB], largest first."""
+    roles: dict[str, list[float]] = {}
+    for role, pss in processes:
+        entry = roles.setdefault(role, [0, 0.0])
+        entry[0] += 1
+        entry[1] += pss / 2**20
+    return dict(sorted(roles.items(), key=lambda item: -item[1][1]))
 
 
 class MemorySampler(threading.Thread):
@@ -129,13 +186,17 @@ class MemorySampler(threading.Thread):
         self.worker_base = session_rss_bytes(worker_sid) if worker_sid else 0
         self.peak = 0
         self.peak_pss = 0
+        self.peak_roles: dict[str, list[float]] = {}  # where the PSS was at its peak (see by_role)
         self.executor_peak = 0
         self.stopped = threading.Event()
 
     def run(self) -> None:
         while not self.stopped.wait(0.5):
             self.peak = max(self.peak, session_rss_bytes(self.sid))
-            self.peak_pss = max(self.peak_pss, session_pss_bytes(self.sid))
+            processes = session_pss_by_role(self.sid)
+            pss = sum(size for _, size in processes)
+            if pss > self.peak_pss:
+                self.peak_pss, self.peak_roles = pss, by_role(processes)
             if self.worker_sid:
                 self.executor_peak = max(self.executor_peak, session_rss_bytes(self.worker_sid) - self.worker_base)
 
@@ -241,6 +302,7 @@ def measure_throughput(base: Settings, pipeline: Pipeline, backlog: int, run: in
         "events_per_s": drain_rate(samples, records),
         "peak_rss_gb": sampler.peak / 2**30,
         "peak_pss_gb": sampler.peak_pss / 2**30,
+        "peak_pss_by_role": sampler.peak_roles,
         "executor_peak_rss_gb": sampler.executor_peak / 2**30,
         "progress": str(PipelineLayout.of(settings, pipeline).progress_dir() / "progress.jsonl"),
         "records": records,
@@ -301,6 +363,7 @@ def measure_recompute(
         "wall_seconds": wall,
         "peak_rss_gb": sampler.peak / 2**30,
         "peak_pss_gb": sampler.peak_pss / 2**30,
+        "peak_pss_by_role": sampler.peak_roles,
         "phases_s": {name: round(ms / 1000, 1) for name, ms in (result.get("phases_ms") or {}).items()},
     }
 
@@ -376,6 +439,7 @@ def measure_latency(
         "gold_p95_s": {name: percentile(lags, 0.95) for name, lags in gold.items()},
         "peak_rss_gb": sampler.peak / 2**30,
         "peak_pss_gb": sampler.peak_pss / 2**30,
+        "peak_pss_by_role": sampler.peak_roles,
         "executor_peak_rss_gb": sampler.executor_peak / 2**30,
         "progress": str(progress),
     }
@@ -579,6 +643,26 @@ def tree_order(phases: list[str]) -> list[str]:
     return sorted(phases, key=key)
 
 
+def render_memory(title: str, runs: list[dict[str, list[float]]]) -> list[str]:
+    """Each run's PSS at its peak by process role (:func:`by_role`): medians over the runs."""
+
+    def median(role: str, field: int) -> float:
+        return statistics.median(run.get(role, [0, 0])[field] for run in runs)
+
+    roles = sorted({role for run in runs for role in run}, key=lambda role: -median(role, 1))
+    lines = [
+        f"### {title}: the job's process tree at its PSS peak ({len(runs)} run(s), medians)",
+        "",
+        "| process | count | PSS MiB |",
+        "|---|---:|---:|",
+    ]
+    for role in roles:
+        lines.append(f"| {role} | {median(role, 0):g} | {median(role, 1):,.0f} |")
+    total = statistics.median(sum(entry[1] for entry in run.values()) for run in runs)
+    lines += [f"| **total** | | **{total:,.0f}** |", ""]
+    return lines
+
+
 def render_profile(title: str, profile: dict[str, dict[str, Any]]) -> list[str]:
     """A Markdown table per query: Spark's parts of a trigger, then the writer's phases as a tree."""
     lines = [f"### {title}", ""]
@@ -748,6 +832,9 @@ def write_profile(path: Path, results: dict[str, Any], machine: str, where: str)
             files = [Path(r[phase]["progress"]) for r in runs if phase in r]
             if files:
                 lines += render_profile(title, phase_profile(files, min_rows=min_rows))
+            roles = [r[phase]["peak_pss_by_role"] for r in runs if r.get(phase, {}).get("peak_pss_by_role")]
+            if roles:
+                lines += render_memory(f"memory {title.split(' (')[0]}", roles)
     path.write_text("\n".join(lines) + "\n")
     print(f"profile written to {path}", flush=True)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from bench_stream import tree_order
+from bench_stream import by_role, process_role, render_memory, tree_order
 
 
 def test_a_phase_timed_on_another_thread_is_listed_under_its_parent() -> None:
@@ -22,3 +22,41 @@ def test_a_phase_timed_on_another_thread_is_listed_under_its_parent() -> None:
     ]
     # Phases of one thread keep the order they ran in; a child whose parent was not timed comes last.
     assert tree_order(["b", "a", "a/x", "c/y"]) == ["b", "a", "a/x", "c/y"]
+
+
+PY = "/venv/bin/python"
+JVM = ["/usr/lib/jvm/bin/java", "-cp", "jars/*", "org.apache.spark.deploy.SparkSubmit", "spark_jobs/stream.py"]
+
+
+def test_each_process_of_a_streaming_job_is_named_by_its_role() -> None:
+    daemon = [PY, "-m", "pyspark.daemon", "pyspark.worker"]
+    planner = [PY, "-m", "pyspark.daemon", "pyspark.sql.worker.plan_data_source_read"]
+    assert process_role(JVM, ["bash"]) == "JVM"
+    assert process_role([PY, "/repo/spark_jobs/stream.py", "rsvps"], JVM) == "Python driver"
+    # A forked worker has its daemon's command line: the parent's tells them apart.
+    assert process_role(daemon, JVM) == "Python daemon"
+    assert process_role(daemon, daemon) == "task worker"
+    assert process_role(planner, planner) == "read-planning worker"
+    assert process_role(planner, JVM) == "Python daemon"
+    other = [PY, "-m", "pyspark.daemon", "pyspark.sql.worker.some_new_module"]
+    assert process_role(other, other) == "pyspark.sql.worker.some_new_module worker"
+    runner = [PY, "-m", "pyspark.sql.streaming.python_streaming_source_runner"]
+    assert process_role(runner, JVM) == "streaming-source runner"
+    assert process_role([], JVM) == "other"
+
+
+def test_memory_by_role_sums_each_role_and_the_report_takes_medians_over_runs() -> None:
+    mib = 2**20
+    run = by_role([("JVM", 600 * mib), ("task worker", 140 * mib), ("task worker", 150 * mib)])
+    assert run == {"JVM": [1, 600.0], "task worker": [2, 290.0]}
+    assert list(run) == ["JVM", "task worker"]  # largest first
+    other = by_role([("JVM", 700 * mib), ("task worker", 100 * mib)])
+    third = by_role([("JVM", 650 * mib), ("Python daemon", 30 * mib)])
+    lines = render_memory("memory at the offered rate", [run, other, third])
+    assert lines[0].startswith("### memory at the offered rate: the job's process tree at its PSS peak (3 run(s)")
+    rows = [line for line in lines if line.startswith("| ") and not line.startswith("| process")]
+    # medians: JVM 650; task workers 1 process / 100 MiB (runs without any count as 0); daemon 0
+    assert rows[0] == "| JVM | 1 | 650 |"
+    assert rows[1] == "| task worker | 1 | 100 |"
+    assert rows[2] == "| Python daemon | 0 | 0 |"
+    assert rows[3] == "| **total** | | **800** |"  # the median of the runs' totals 890, 800, 680
