@@ -693,6 +693,20 @@ def render_profile(title: str, profile: dict[str, dict[str, Any]]) -> list[str]:
 # ---- the command ----------------------------------------------------------------------------------------
 
 
+def core_seconds(steps: int = 10_000_000, repeats: int = 3) -> float:
+    """Seconds one core takes for a fixed Python loop, the best of ``repeats``: machines of one kind
+    differ (this one ran the bench 2-3x slower on some days), and the figures move with it, so every
+    report carries it beside them."""
+    best = float("inf")
+    for _ in range(repeats):
+        began = time.perf_counter()
+        total = 0
+        for step in range(steps):
+            total += step
+        best = min(best, time.perf_counter() - began)
+    return best
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pipelines", help="comma-separated (default: every pipeline that declares sample events)")
@@ -736,7 +750,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--pipelines: {', '.join(unknown)} unknown or without sample events; have {sorted(available)}")
 
     memory_gib = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30
-    machine = f"{os.cpu_count()} cores, {memory_gib:.0f} GiB, {platform.platform()}"
+    machine = (
+        f"{os.cpu_count()} cores, {memory_gib:.0f} GiB, {platform.platform()}; "
+        f"a 10M-step Python loop on one core in {core_seconds():.2f} s"
+    )
     print(f"machine: {machine}", flush=True)
     results: dict[str, Any] = {"machine": machine, "pipelines": {}}
     with tempfile.TemporaryDirectory(prefix="tidewater-bench-") as tmp, contextlib.ExitStack() as stack:
