@@ -837,7 +837,8 @@ def write_profile(path: Path, results: dict[str, Any], machine: str, where: str)
         "contract in the reader), the rows cached for silver and brought to the driver, where delta-rs",
         "writes them to bronze (`bronze/commit`, on a thread of its own while the parse runs: not part of",
         "`bronze`'s time; `silver/bronze commit wait` is how long silver then waited for it before its",
-        "first commit); `silver/parse/rows to driver` is the parse over the cache.",
+        "first commit); `silver/parse/rows to driver` is the parse over the cache. After each phase's",
+        "tables, where the job's memory was at its PSS peak, each process by role (`process_role`).",
         "",
     ]
     for name, runs in results["pipelines"].items():
