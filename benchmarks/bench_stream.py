@@ -74,20 +74,34 @@ from tidewater.streaming.jobs import launch_stream_job
 from tidewater.times import parse_time
 
 
-def session_pids(sid: int) -> list[int]:
-    """The processes of session ``sid``."""
-    pids = []
+def session_parents(sid: int) -> dict[int, int]:
+    """pid -> parent pid of each process of session ``sid``."""
+    parents = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat") as handle:
                 fields = handle.read().rsplit(")", 1)[1].split()
-            if int(fields[3]) == sid:  # field 6 of stat: session id
-                pids.append(int(entry))
+            if int(fields[3]) == sid:  # fields 4 and 6 of stat: parent pid, session id
+                parents[int(entry)] = int(fields[1])
         except (OSError, IndexError, ValueError):
             continue
-    return pids
+    return parents
+
+
+def session_pids(sid: int) -> list[int]:
+    """The processes of session ``sid``, less a JVM's child caught between its fork and its exec (see
+    :func:`spawning`)."""
+    parents = session_parents(sid)
+    return [pid for pid, parent in parents.items() if not spawning(_argv(pid), _argv(parent))]
+
+
+def spawning(argv: list[str], parent_argv: list[str]) -> bool:
+    """A JVM's child that still has the JVM's command line: Java starts a process (each Python worker
+    and daemon) by a child that shares the JVM's memory until it runs the new program. A sample that
+    lands then would count the JVM twice (seen: a 1.15 GB "second JVM" at a PSS peak)."""
+    return bool(argv) and os.path.basename(argv[0]) == "java" and argv == parent_argv
 
 
 def session_rss_bytes(sid: int) -> int:
@@ -122,9 +136,9 @@ def process_role(argv: list[str], parent_argv: list[str]) -> str:
     if program == "java":
         return "JVM"
     if "-m" in argv[:-1]:
-        module = argv[argv.index("-m") + 1]
+        module, *arguments = argv[argv.index("-m") + 1 :]
         if module == "pyspark.daemon":
-            worker_module = argv[argv.index("-m") + 2] if len(argv) > argv.index("-m") + 2 else "pyspark.worker"
+            worker_module = arguments[0] if arguments else "pyspark.worker"
             if parent_argv == argv:
                 return WORKER_ROLES.get(worker_module, f"{worker_module} worker")
             return "Python daemon"
@@ -144,25 +158,20 @@ def _argv(pid: int) -> list[str]:
         return []
 
 
-def _parent(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return int(handle.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return 0
-
-
 def session_pss_by_role(sid: int) -> list[tuple[str, int]]:
     """(role, PSS bytes) of each process of session ``sid`` (see :func:`process_role`). PSS splits each
     shared page between the processes sharing it, so the sum is the memory the session really holds."""
     out = []
-    for pid in session_pids(sid):
+    for pid, parent in session_parents(sid).items():
+        argv, parent_argv = _argv(pid), _argv(parent)
+        if spawning(argv, parent_argv):
+            continue
         try:
             with open(f"/proc/{pid}/smaps_rollup") as handle:
                 pss = next((int(line.split()[1]) * 1024 for line in handle if line.startswith("Pss:")), 0)
         except (OSError, IndexError, ValueError):
             continue
-        out.append((process_role(_argv(pid), _argv(_parent(pid))), pss))
+        out.append((process_role(argv, parent_argv), pss))
     return out
 
 

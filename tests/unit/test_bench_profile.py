@@ -7,7 +7,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from bench_stream import by_role, process_role, render_memory, tree_order
+from bench_stream import by_role, process_role, render_memory, spawning, tree_order
 
 
 def test_a_phase_timed_on_another_thread_is_listed_under_its_parent() -> None:
@@ -60,3 +60,12 @@ def test_memory_by_role_sums_each_role_and_the_report_takes_medians_over_runs() 
     assert rows[1] == "| task worker | 1 | 100 |"
     assert rows[2] == "| Python daemon | 0 | 0 |"
     assert rows[3] == "| **total** | | **800** |"  # the median of the runs' totals 890, 800, 680
+
+
+def test_a_jvms_child_before_its_exec_is_not_counted_as_a_second_jvm() -> None:
+    daemon = [PY, "-m", "pyspark.daemon", "pyspark.worker"]
+    assert spawning(JVM, JVM)  # shares the JVM's memory until it runs the new program
+    assert not spawning(JVM, ["bash", "spark-submit"])  # the JVM itself
+    assert not spawning(daemon, daemon)  # a forked Python worker holds memory of its own
+    assert not spawning(daemon, JVM)
+    assert not spawning([], JVM)
