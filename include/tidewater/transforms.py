@@ -39,8 +39,13 @@ class Rule:
 
 def to_bronze(kafka_records: DataFrame) -> DataFrame:
     """Kafka records as bronze rows: everything kept, plus when and on which day they arrived (and the
-    payload's strict-contract reason where the source checked it: for silver, not a bronze column)."""
+    payload's strict-contract reason where the source checked it: for silver, not a bronze column).
+
+    When they arrived is the reader's ``ingest_time`` where it has one (the Kafka source's
+    ``ingestTime``), else this query's ``current_timestamp()``. The latter is a literal that Spark
+    writes into the code it generates: a stream would compile that code again every micro-batch."""
     checked = [STRICT_ERROR_COLUMN] if STRICT_ERROR_COLUMN in kafka_records.columns else []
+    ingest_time = F.col("ingest_time") if "ingest_time" in kafka_records.columns else F.current_timestamp()
     return kafka_records.select(
         "key",
         "value",
@@ -50,9 +55,9 @@ def to_bronze(kafka_records: DataFrame) -> DataFrame:
         F.col("timestamp").alias("kafka_timestamp"),
         F.col("timestampType").alias("timestamp_type"),
         "headers",
-        F.current_timestamp().alias("ingest_time"),
+        ingest_time.alias("ingest_time"),
         # A record whose Kafka timestamp no reader can hold has none (null): it still gets a date.
-        F.to_date(F.coalesce("timestamp", F.current_timestamp())).alias("ingest_date"),
+        F.to_date(F.coalesce("timestamp", ingest_time)).alias("ingest_date"),
         *checked,
     )
 

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 from hostile import Hostile, corpus, kafka_batch, records
 from tidewater.config import Settings
-from tidewater.connectors.kafka_source import checked
+from tidewater.connectors.kafka_source import checked, stamped
 from tidewater.generator.events import GeneratorConfig, generate
 from tidewater.lake.key_index import KeyIndex
 from tidewater.lake.reads import read_table
@@ -49,8 +49,9 @@ def make_lake(spark, state_dir: str) -> PipelineLayout:
 
 def write_batch(spark, layout: PipelineLayout, items: list[Hostile], batch_id: int = 0, first_offset: int = 0) -> None:
     """One micro-batch through the streaming job's writer, exactly as the bronze query calls it: with each
-    payload checked as the Kafka source checks it (``payloadContract``)."""
+    payload checked and stamped as the Kafka source does it (``payloadContract``, ``ingestTime``)."""
     records = checked(kafka_batch(items, first_offset=first_offset), RSVPS.source().payload_schema.json())
+    records = stamped(records, int(dt.datetime.now(dt.UTC).timestamp() * 1_000_000))
     frame = spark.createDataFrame(pa.Table.from_batches([records]))
     table = layout.table
     writer = BronzeSilverWriter(

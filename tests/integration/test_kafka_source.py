@@ -7,6 +7,7 @@ offsets each one got are taken from the broker's produce acknowledgements, so ev
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import time
 import warnings
@@ -311,6 +312,55 @@ def test_available_now_caps_batches_fixes_its_target_and_resumes(
 
     second = run()
     assert_exactly_once([pos for b in second for pos in b], expected_positions(late))
+
+
+def test_ingest_time_is_data_so_a_stream_compiles_its_bronze_code_once(
+    spark: SparkSession, broker: EmbeddedBroker, make_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    """With ``ingestTime`` each record carries when the reader took it, and bronze's projection takes
+    it from there: micro-batches after the first compile no new code (Spark's codegen metrics). The
+    same stream without it (``current_timestamp()``, a new literal each batch) compiles every batch,
+    which shows the count can see it."""
+    from tidewater import transforms
+
+    topic = make_topic(2)
+    sent = produce(broker.bootstrap_servers, topic, dict.fromkeys(range(2), 300))
+    compilation = spark.sparkContext._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
+
+    def run(name: str, **options: str) -> tuple[list[int], list[Any]]:
+        compiles: list[int] = []
+        stamps: list[Any] = []
+
+        def write(df: DataFrame, batch_id: int) -> None:
+            before = compilation.getCount()
+            bronze = transforms.to_bronze(df).persist()
+            try:
+                rows = bronze.toArrow()
+                bronze.where("ingest_date IS NOT NULL").count()  # a second job over the cached rows
+            finally:
+                bronze.unpersist()
+            compiles.append(compilation.getCount() - before)
+            stamps.extend(rows.column("ingest_time").to_pylist())
+
+        query = (
+            stream(spark, broker.bootstrap_servers, topic, maxOffsetsPerTrigger="100", **options)
+            .writeStream.foreachBatch(write)
+            .trigger(availableNow=True)
+            .option("checkpointLocation", str(tmp_path / name))
+            .start()
+        )
+        assert query.awaitTermination(120), f"{name}: availableNow query did not finish in 120 s"
+        assert query.exception() is None
+        return compiles, stamps
+
+    started = dt.datetime.now(dt.UTC)
+    stamped, stamps = run("stamped", ingestTime="true")
+    assert len(stamped) >= 5 and sum(stamped[1:]) == 0, stamped
+    assert len(stamps) == len(sent)
+    assert all(started <= stamp <= dt.datetime.now(dt.UTC) for stamp in stamps)
+
+    literal, _ = run("literal")
+    assert all(count > 0 for count in literal[1:]), literal
 
 
 def test_stream_starting_latest_reads_only_new_records(

@@ -204,6 +204,7 @@ def test_parse_defaults() -> None:
     assert opts.fail_on_data_loss is True
     assert opts.max_records_per_partition == 500_000
     assert opts.backend == "kafka-python"
+    assert opts.ingest_time is False
 
 
 def test_parse_numbers_topics_and_case_insensitive_keys() -> None:
@@ -416,6 +417,22 @@ def test_read_range_yields_the_record_schema(fake: FakePartitionClient) -> None:
     table = pa.Table.from_batches(batches, schema=RECORD_SCHEMA)
     assert table.column("offset").to_pylist() == [12, 13, 14]
     assert not fake.closed  # kept for the worker's next read
+
+
+def test_ingest_time_stamps_each_record_with_the_read_and_comes_last(
+    fake: FakePartitionClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ingestTime`` adds when the reader took the records, after the strict check's column, in the
+    order the source's schema declares."""
+    monkeypatch.setattr(kafka_source.time, "time_ns", lambda: 1_700_000_000_123_456_789)
+    contract = '{"type":"struct","fields":[]}'
+    options = KafkaSourceOptions.parse({**BASE, "ingestTime": "true", "payloadContract": contract})
+    assert options.schema.endswith("_strict_error STRING, ingest_time TIMESTAMP")
+    (batch,) = kafka_source.read_range(options, KafkaRange("orders", 1, 12, 15))
+    assert batch.schema.names[-2:] == ["_strict_error", "ingest_time"]
+    assert batch.column("ingest_time").type == pa.timestamp("us", tz="UTC")
+    assert batch.column("ingest_time").cast(pa.int64()).to_pylist() == [1_700_000_000_123_456] * 3
+    assert KafkaSourceOptions.parse(BASE).schema == kafka_source.SPARK_RECORD_DDL
 
 
 def test_a_worker_reuses_its_reader_and_closes_one_whose_read_failed(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -27,6 +27,13 @@ Options (all strings, as Spark passes them):
                             ``_strict_error``, why its value breaks that strict JSON contract (or null;
                             :mod:`tidewater.strict_json`). The check runs here, in the worker that
                             decodes the records anyway, so the stream's parse needs no Python worker.
+  ingestTime                true: each record also gets ``ingest_time`` (TIMESTAMP), when this reader
+                            took it from the broker (one value per Arrow batch read). Bronze takes its
+                            ingest time from here (:func:`tidewater.transforms.to_bronze`): a
+                            ``current_timestamp()`` there is a new literal in every micro-batch, which
+                            Spark writes into the code it generates, so every micro-batch compiled its
+                            projections again (two Janino compiles of ~20-60 ms each, on the driver, and
+                            their classes in the JVM's metaspace until a full collection).
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from array import array
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -95,6 +103,7 @@ class KafkaSourceOptions:
     min_records_per_task: int = 20_000
     resume_from_latest: bool = False
     payload_contract: str | None = None  # StructType.json() of the payload, see payloadContract
+    ingest_time: bool = False  # add ingest_time, see ingestTime
 
     @classmethod
     def parse(cls, options: Any) -> KafkaSourceOptions:
@@ -126,7 +135,16 @@ class KafkaSourceOptions:
             min_records_per_task=max(0, per_task),
             resume_from_latest=resume == "latest",
             payload_contract=opts.get("payloadcontract") or None,
+            ingest_time=opts.get("ingesttime", "false").lower() == "true",
         )
+
+    @property
+    def schema(self) -> str:
+        """The DataFrame's columns, in the order :func:`read_range` appends them."""
+        extra = [f"{strict_json.REASON_COLUMN} STRING"] if self.payload_contract is not None else []
+        if self.ingest_time:
+            extra.append(f"{INGEST_TIME} TIMESTAMP")
+        return ", ".join([SPARK_RECORD_DDL, *extra])
 
 
 def _parse_offset_spec(spec: str, what: str) -> Offsets | None:
@@ -314,6 +332,18 @@ def make_client(backend: str, config: dict[str, Any]) -> PartitionClient:
 _IDLE_READERS: dict[tuple[str, str], PartitionClient] = {}
 
 
+INGEST_TIME = "ingest_time"
+_INGEST_TIME_TYPE = pa.timestamp("us", tz="UTC")
+
+
+def stamped(records: pa.RecordBatch, now_us: int) -> pa.RecordBatch:
+    """Records with the ``ingestTime`` column: ``now_us`` (unix microseconds) in every row. Built from a
+    buffer: pyarrow's scalar and array constructors import pandas, ~27 MiB of a worker's memory."""
+    values = pa.py_buffer(array("q", [now_us]) * records.num_rows)
+    column = pa.Array.from_buffers(_INGEST_TIME_TYPE, records.num_rows, [None, values])
+    return records.append_column(INGEST_TIME, column)
+
+
 def checked(records: pa.RecordBatch, contract: str) -> pa.RecordBatch:
     """Records with the ``payloadContract`` column: why each value breaks ``contract``, or null."""
     return records.append_column(strict_json.REASON_COLUMN, strict_json.reasons(records.column("value"), contract))
@@ -327,7 +357,9 @@ def read_range(options: KafkaSourceOptions, part: KafkaRange | KafkaRanges) -> I
     finished = False
     try:
         for batch in client.read_ranges([(r.topic, r.partition, r.start, r.end) for r in ranges]):
-            yield batch if options.payload_contract is None else checked(batch, options.payload_contract)
+            if options.payload_contract is not None:
+                batch = checked(batch, options.payload_contract)
+            yield batch if not options.ingest_time else stamped(batch, time.time_ns() // 1000)
         finished = True
     finally:
         if finished and key not in _IDLE_READERS:
@@ -479,9 +511,7 @@ class KafkaDataSource(DataSource):
         return "tidewater-kafka"
 
     def schema(self) -> str:
-        if KafkaSourceOptions.parse(self.options).payload_contract is not None:
-            return f"{SPARK_RECORD_DDL}, {strict_json.REASON_COLUMN} STRING"
-        return SPARK_RECORD_DDL
+        return KafkaSourceOptions.parse(self.options).schema
 
     def reader(self, schema: Any) -> DataSourceReader:
         return KafkaBatchReader(KafkaSourceOptions.parse(self.options))
@@ -498,4 +528,5 @@ def source_options(settings: Settings, topic: str) -> dict[str, str]:
         "subscribe": topic,
         "startingOffsets": "earliest",
         "maxOffsetsPerTrigger": str(settings.max_offsets_per_trigger),
+        "ingestTime": "true",  # bronze's ingest_time, see ingestTime
     }
