@@ -307,13 +307,15 @@ def measure_throughput(base: Settings, pipeline: Pipeline, backlog: int, run: in
     finally:
         sampler.stopped.set()
         stop_process_group(job, timeout_s=30)
+    progress = PipelineLayout.of(settings, pipeline).progress_dir() / "progress.jsonl"
     return {
         "events_per_s": drain_rate(samples, records),
         "peak_rss_gb": sampler.peak / 2**30,
         "peak_pss_gb": sampler.peak_pss / 2**30,
         "peak_pss_by_role": sampler.peak_roles,
         "executor_peak_rss_gb": sampler.executor_peak / 2**30,
-        "progress": str(PipelineLayout.of(settings, pipeline).progress_dir() / "progress.jsonl"),
+        "progress": str(progress),
+        "compiles_per_trigger": compiles_per_trigger([progress]),
         "records": records,
         "events_from_ms": events_from_ms,
     }
@@ -451,6 +453,7 @@ def measure_latency(
         "peak_pss_by_role": sampler.peak_roles,
         "executor_peak_rss_gb": sampler.executor_peak / 2**30,
         "progress": str(progress),
+        "compiles_per_trigger": compiles_per_trigger([progress]),
     }
 
 
@@ -595,6 +598,9 @@ def summarize_runs(pipeline: str, runs: list[dict[str, Any]]) -> list[str]:
                 f"  produced -> gold {table}: p95 {spread([x['gold_p95_s'][table] for x in latency], ' s', 2)}"
                 f" (target {TARGETS['gold_p95_s']})"
             )
+        compiles = [x["compiles_per_trigger"] for x in latency if x.get("compiles_per_trigger") is not None]
+        if compiles:
+            lines.append(f"  Spark code compiled at that rate: {spread(compiles, ' classes per trigger', 2)}")
         lines.append(
             f"  peak RSS at that rate: {spread([x['peak_rss_gb'] for x in latency], ' GB', 2)}"
             f" (target {TARGETS['latency_rss_gb']}), PSS {spread([x['peak_pss_gb'] for x in latency], ' GB', 2)}"
@@ -638,6 +644,25 @@ def phase_profile(progress_files: list[Path], *, min_rows: int = 1) -> dict[str,
             "median_ms": {name: statistics.median(values) for name, values in parts.items()},
         }
     return profile
+
+
+def compiles_per_trigger(progress_files: list[Path]) -> float | None:
+    """Classes Spark's code generator compiled per trigger (any query's) once the job was running: from
+    each file's first progress record to its last (``codegen_compiles_total``, JVM-wide), over the
+    triggers between them. Near 0 when every query's plan is the same from one micro-batch to the next."""
+    compiles = triggers = 0
+    for path in progress_files:
+        if not path.exists():
+            continue
+        totals = [
+            int(record["codegen_compiles_total"])
+            for line in path.read_text().splitlines()
+            if (record := json.loads(line)).get("codegen_compiles_total") is not None
+        ]
+        if len(totals) > 1:
+            compiles += totals[-1] - totals[0]
+            triggers += len(totals) - 1
+    return compiles / triggers if triggers else None
 
 
 def tree_order(phases: list[str]) -> list[str]:
@@ -859,6 +884,9 @@ def write_profile(path: Path, results: dict[str, Any], machine: str, where: str)
             files = [Path(r[phase]["progress"]) for r in runs if phase in r]
             if files:
                 lines += render_profile(title, phase_profile(files, min_rows=min_rows))
+                compiles = compiles_per_trigger(files)
+                if compiles is not None:
+                    lines += [f"Spark code compiled {title.split(' (')[0]}: {compiles:.2f} classes per trigger.", ""]
             roles = [r[phase]["peak_pss_by_role"] for r in runs if r.get(phase, {}).get("peak_pss_by_role")]
             if roles:
                 lines += render_memory(f"memory {title.split(' (')[0]}", roles)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from bench_stream import by_role, process_role, render_memory, spawning, tree_order
+from bench_stream import by_role, compiles_per_trigger, process_role, render_memory, spawning, tree_order
 
 
 def test_a_phase_timed_on_another_thread_is_listed_under_its_parent() -> None:
@@ -69,3 +70,17 @@ def test_a_jvms_child_before_its_exec_is_not_counted_as_a_second_jvm() -> None:
     assert not spawning(daemon, daemon)  # a forked Python worker holds memory of its own
     assert not spawning(daemon, JVM)
     assert not spawning([], JVM)
+
+
+def test_compiles_per_trigger_counts_from_each_runs_first_progress_record(tmp_path: Path) -> None:
+    """JVM-wide totals: the start-up's compiles (before the first record) are not counted; a record
+    without the figure (no SparkContext) is skipped; runs add up."""
+    first, second, empty = tmp_path / "1.jsonl", tmp_path / "2.jsonl", tmp_path / "3.jsonl"
+    first.write_text("".join(json.dumps({"codegen_compiles_total": n}) + "\n" for n in (120, 122, 124, 126)))
+    second.write_text(
+        "".join(json.dumps(r) + "\n" for r in ({"codegen_compiles_total": 90}, {}, {"codegen_compiles_total": 90}))
+    )
+    empty.write_text(json.dumps({"codegen_compiles_total": 7}) + "\n")
+    assert compiles_per_trigger([first]) == 2.0
+    assert compiles_per_trigger([first, second, empty, tmp_path / "missing.jsonl"]) == 6 / 4
+    assert compiles_per_trigger([empty]) is None

@@ -3,8 +3,9 @@
 A StreamingQueryListener writes, per query, ``<state>/progress/<namespace>/<pipeline>/<query>.json``
 (atomically replaced after every batch: last batch time, input and processing rates, rows, lag
 per Kafka partition, state rows, rows dropped behind the watermark and their running total, and where
-the batch's time went: Spark's ``durationMs`` and the writer's phases, :mod:`tidewater.phase_clock`) and
-appends the same record to ``progress.jsonl`` beside it. Late events are counted, never silently
+the batch's time went: Spark's ``durationMs`` and the writer's phases, :mod:`tidewater.phase_clock`; how
+many classes Spark's code generator has compiled in the JVM so far) and appends the same record to
+``progress.jsonl`` beside it. Late events are counted, never silently
 lost: they stay in silver, and the counters say that a gold query could not use some. (Spark
 counts those drops at the state store, after partial aggregation, so for an aggregate the figure
 is in partial-aggregate rows, at most the number of events; recomputing the window from silver
@@ -107,6 +108,24 @@ def _offsets(value: Any) -> dict[str, int]:
     return flat
 
 
+def codegen_compiles() -> int | None:
+    """How many classes Spark's code generator has compiled in this driver's JVM so far, every query's
+    (None without a running SparkContext). A plan that changes every micro-batch (a literal Spark
+    writes into the code, such as a ``current_timestamp()``) compiles on every trigger: the count
+    grows with the triggers instead of levelling off once the queries have run a few."""
+    from pyspark import SparkContext
+
+    context = SparkContext._active_spark_context
+    if context is None:
+        return None
+    try:
+        metrics = context._jvm.org.apache.spark.metrics.source.CodegenMetrics  # type: ignore[union-attr]
+        return int(metrics.METRIC_COMPILATION_TIME().getCount())
+    except Exception as exc:  # a diagnostic: never fails a batch's progress record
+        log.debug("codegen metrics unavailable: %s", exc)
+        return None
+
+
 def retained_share(lag: int, retained: int) -> float | None:
     """The unread share of what the broker retains of a partition: 0 caught up, 1 the oldest record it
     holds is unread (the next deletion loses records); above 1, records were deleted unread. None when
@@ -143,6 +162,7 @@ class ProgressRecorder(StreamingQueryListener):
         phases = phase_clock.take(name, int(progress.get("batchId", -1)))
         retained = self.retention.snapshot()[0] if self.retention else None
         record = summarize(progress, self._late_totals.get(name, 0), self._held_totals.get(name, 0), phases, retained)
+        record["codegen_compiles_total"] = codegen_compiles()
         self._late_totals[name] = record["rows_dropped_by_watermark_total"]
         self._held_totals[name] = record["rows_held_ahead_of_clock_total"]
         if record["rows_held_ahead_of_clock"]:
