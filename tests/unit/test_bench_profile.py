@@ -8,7 +8,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from bench_stream import by_role, compiles_per_trigger, process_role, render_memory, spawning, tree_order
+from bench_stream import (
+    MemorySampler,
+    by_role,
+    compiles_per_trigger,
+    process_role,
+    render_memory,
+    spawning,
+    tree_order,
+)
 
 
 def test_a_phase_timed_on_another_thread_is_listed_under_its_parent() -> None:
@@ -84,3 +92,17 @@ def test_compiles_per_trigger_counts_from_each_runs_first_progress_record(tmp_pa
     assert compiles_per_trigger([first]) == 2.0
     assert compiles_per_trigger([first, second, empty, tmp_path / "missing.jsonl"]) == 6 / 4
     assert compiles_per_trigger([empty]) is None
+
+
+def test_the_steady_peak_counts_only_samples_after_the_start_up_workers_exited() -> None:
+    """Before Spark starts them the tree is small anyway; while they live only the overall peak moves."""
+    sampler = MemorySampler(sid=0)
+    mib = 2**20
+    sampler.observe([("JVM", 300 * mib)])
+    assert sampler.steady_pss == 0
+    sampler.observe([("JVM", 500 * mib), ("read-planning worker", 60 * mib), ("source-lookup worker", 40 * mib)])
+    assert (sampler.peak_pss, sampler.steady_pss) == (600 * mib, 0)
+    sampler.observe([("JVM", 520 * mib), ("task worker", 30 * mib)])
+    sampler.observe([("JVM", 510 * mib)])
+    assert (sampler.peak_pss, sampler.steady_pss) == (600 * mib, 550 * mib)
+    assert sampler.peak_roles["read-planning worker"] == [1, 60.0]
