@@ -332,7 +332,6 @@ def measure_throughput(base: Settings, pipeline: Pipeline, backlog: int, run: in
         "events_per_s": drain_rate(samples, records),
         "peak_rss_gb": sampler.peak / 2**30,
         "peak_pss_gb": sampler.peak_pss / 2**30,
-        "steady_pss_gb": sampler.steady_pss / 2**30 if sampler.steady_pss else float("nan"),
         "peak_pss_by_role": sampler.peak_roles,
         "executor_peak_rss_gb": sampler.executor_peak / 2**30,
         "progress": str(progress),
