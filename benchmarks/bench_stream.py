@@ -73,6 +73,7 @@ from tidewater.pipelines.base import Pipeline
 from tidewater.pipelines.layout import PipelineLayout
 from tidewater.processes import Terminated, exit_on_sigterm, spark_child_env, stop_process_group
 from tidewater.streaming.jobs import launch_stream_job
+from tidewater.streaming.startup_workers import READ_PLANNING, SOURCE_CREATION, SOURCE_LOOKUP, STARTUP_WORKER_MODULES
 from tidewater.times import parse_time
 
 
@@ -122,9 +123,9 @@ def session_rss_bytes(sid: int) -> int:
 # Spark starts one Python daemon per worker module and forks that module's workers from it.
 WORKER_ROLES = {
     "pyspark.worker": "task worker",
-    "pyspark.sql.worker.plan_data_source_read": "read-planning worker",
-    "pyspark.sql.worker.create_data_source": "source-creation worker",
-    "pyspark.sql.worker.lookup_data_sources": "source-lookup worker",
+    READ_PLANNING: "read-planning worker",
+    SOURCE_CREATION: "source-creation worker",
+    SOURCE_LOOKUP: "source-lookup worker",
     "pyspark.sql.worker.python_streaming_sink_runner": "streaming-sink runner",
 }
 
@@ -188,9 +189,10 @@ def by_role(processes: list[tuple[str, int]]) -> dict[str, list[float]]:
 
 
 # Processes Spark starts for a Python data source while queries start (finding, creating and planning
-# their reads), idle after it, and ends a minute after their last use (PythonWorkerFactory's fixed
-# idle timeout). Their daemons stay.
-STARTUP_ROLES = frozenset({"source-lookup worker", "source-creation worker", "read-planning worker"})
+# their reads), idle after it. Spark ends them a minute after their last use (PythonWorkerFactory's fixed
+# idle timeout) and keeps their daemons; the job stops both sooner (tidewater.streaming.startup_workers,
+# TIDEWATER_RELEASE_STARTUP_WORKERS).
+STARTUP_ROLES = frozenset(WORKER_ROLES[module] for module in STARTUP_WORKER_MODULES)
 
 
 class MemorySampler(threading.Thread):

@@ -342,6 +342,11 @@ class Settings:
     # prefetch): lower latency at a steady rate, less throughput draining a backlog (rsvps, 2 cores:
     # silver p95 1.88 s against ~2.0 s at 2,000 events/s; 18,904 against 25,581 events/s draining).
     gold_prefetch: bool = setting(False, Flag())
+    # Stop Spark's Python workers that only start data-source queries (source lookup, creation, read
+    # planning) once every query has started and planned its reads, instead of Spark's fixed 60 s idle
+    # timeout (their daemons Spark keeps for good); a later query start makes Spark start them again.
+    # See tidewater.streaming.startup_workers.
+    release_startup_workers: bool = setting(True, Flag())
     max_offsets_per_trigger: int = setting(200_000, Range(ge=1, le=2**31 - 1))
 
     # Coordination of writers to one live table (see tidewater.lake.locks).

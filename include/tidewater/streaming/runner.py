@@ -46,6 +46,7 @@ from tidewater.spark import GOLD_POOL, SOURCES_POOL
 from tidewater.streaming.checkpoint import Checkpoint, claim, state_layout_hint
 from tidewater.streaming.progress import ProgressRecorder
 from tidewater.streaming.retention import RetentionWatch
+from tidewater.streaming.startup_workers import READ_PLANNING, STARTUP_WORKER_MODULES, StartupWorkers, every_source_read
 from tidewater.streaming.stop_request import StopRequest, StopRequestWatch
 from tidewater.streaming.writers import BronzeSilverWriter, GoldWriter, SilverWriter
 
@@ -124,6 +125,10 @@ class PipelineStreams:
         self._publishers: list[BatchPublisher] = []
         self._listener: ProgressRecorder | None = None
         self._retention: RetentionWatch | None = None
+        # Spark's start-up Python workers, given back once no query needs them (see _give_back_startup_workers).
+        self._startup_workers: StartupWorkers | None = None
+        self._startup_pending: set[str] = set()
+        self._unplanned: set[str] = set()  # queries not yet known to have planned every source's read
 
     # ---- set-up -----------------------------------------------------------------------------------
 
@@ -170,6 +175,8 @@ class PipelineStreams:
             self.preflight()
         self.spark = spark
         self.ensure_tables()
+        if self.settings.release_startup_workers and self._startup_workers is None:
+            self._startup_workers = StartupWorkers(spark)
         if self._listener is None:
             topics = [self.topic(source) for source in self.pipeline.sources]
             self._retention = RetentionWatch(self.settings, topics).start()
@@ -213,6 +220,8 @@ class PipelineStreams:
         query = writer.queryName(name).option("checkpointLocation", str(checkpoint.path)).trigger(**trigger).start()
         self.queries[tier.query] = query
         self._started[tier.query] = (tier, trigger)
+        self._startup_pending.update(STARTUP_WORKER_MODULES)
+        self._unplanned.add(tier.query)
         log.info("started %s (%s -> %s)", name, tier.source, tier.target)
         return query
 
@@ -333,12 +342,29 @@ class PipelineStreams:
                 self.start(tier, {"processingTime": f"{every} seconds"})
             while not stop.is_set():
                 self._raise_if_failed()
+                self._give_back_startup_workers()
                 requested = self._stop_requested(requests, stop)
                 if requested is None:
                     stop.wait(1.0)
         finally:
             self.stop()
         return requested
+
+    def _give_back_startup_workers(self) -> None:
+        """Stop Spark's idle start-up Python workers (:mod:`tidewater.streaming.startup_workers`) as soon as
+        no query can be using one: source lookup and creation run inside ``start()``, which only this
+        thread calls, so they are idle here; read planning runs at a source's first micro-batch with
+        data, so it waits until every running query has read rows from each of its sources."""
+        if self._startup_workers is None or not self._startup_pending:
+            return
+        for name in list(self._unplanned):
+            query = self.queries.get(name)
+            if query is None or (query.isActive and every_source_read(query.recentProgress)):
+                self._unplanned.discard(name)
+        ready = self._startup_pending - ({READ_PLANNING} if self._unplanned else set())
+        if ready:
+            self._startup_workers.release(ready)
+            self._startup_pending -= ready
 
     def _stop_requested(self, requests: StopRequestWatch, stop: threading.Event) -> StopRequest | None:
         """Poll the stop request (one ``stat`` every couple of seconds); a fresh one sets ``stop`` and is

@@ -1,0 +1,107 @@
+"""Giving back Spark's start-up Python workers, against real Spark and the real broker: the daemons (and
+their forked workers) of source lookup, creation and read planning end; a running query goes on without
+them; a query started afterwards makes Spark start them again and runs."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from kafka import KafkaProducer
+from pyspark.sql import DataFrame, SparkSession
+
+from tidewater.broker import EmbeddedBroker
+from tidewater.streaming.startup_workers import (
+    READ_PLANNING,
+    SOURCE_CREATION,
+    STARTUP_WORKER_MODULES,
+    StartupWorkers,
+    every_source_read,
+)
+
+
+def startup_processes(jvm: int) -> dict[int, str]:
+    """The JVM's start-up daemons and the workers forked from them: pid -> worker module."""
+    parents: dict[int, int] = {}
+    modules: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                argv = [part.decode(errors="replace") for part in handle.read().split(b"\0") if part]
+            with open(f"/proc/{entry}/stat") as handle:
+                parents[int(entry)] = int(handle.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if "pyspark.daemon" in argv and argv[-1] in STARTUP_WORKER_MODULES:
+            modules[int(entry)] = argv[-1]
+    return {pid: module for pid, module in modules.items() if parents[pid] == jvm or parents[pid] in modules}
+
+
+def produce(servers: str, topic: str, count: int) -> None:
+    producer = KafkaProducer(bootstrap_servers=servers)
+    try:
+        for i in range(count):
+            producer.send(topic, value=b'{"n": %d}' % i, partition=i % 2)
+        producer.flush()
+    finally:
+        producer.close()
+
+
+def wait_for(condition: Callable[[], bool], what: str, seconds: float = 90) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} within {seconds} s"
+        time.sleep(0.5)
+
+
+def test_start_up_workers_end_and_come_back_when_needed(
+    spark: SparkSession, broker: EmbeddedBroker, make_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    jvm = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+    rows: dict[str, int] = {"first": 0, "second": 0}
+
+    def start(name: str, topic: str):
+        def count(df: DataFrame, batch_id: int) -> None:
+            rows[name] += df.count()
+
+        return (
+            spark.readStream.format("tidewater-kafka")
+            .option("kafka.bootstrap.servers", broker.bootstrap_servers)
+            .option("subscribe", topic)
+            .load()
+            .writeStream.foreachBatch(count)
+            .trigger(processingTime="1 second")
+            .option("checkpointLocation", str(tmp_path / name))
+            .start()
+        )
+
+    first_topic, second_topic = make_topic(2), make_topic(2)
+    produce(broker.bootstrap_servers, first_topic, 100)
+    first = start("first", first_topic)
+    second = None
+    try:
+        wait_for(lambda: every_source_read(first.recentProgress), "the first query read its rows")
+        before = startup_processes(jvm)
+        assert {SOURCE_CREATION, READ_PLANNING} <= set(before.values()), before  # what the start left
+
+        stopped = StartupWorkers(spark).release(STARTUP_WORKER_MODULES)
+        assert stopped and set(stopped) <= set(before)  # daemons only: their workers end with them
+        wait_for(lambda: not startup_processes(jvm), "every start-up daemon and worker ended", 20)
+        assert StartupWorkers(spark).release(STARTUP_WORKER_MODULES) == []  # nothing left to stop
+
+        produce(broker.bootstrap_servers, first_topic, 50)  # the running query needs none of them
+        wait_for(lambda: rows["first"] == 150, "the running query read the new rows")
+
+        produce(broker.bootstrap_servers, second_topic, 30)  # a new query: Spark starts them again
+        second = start("second", second_topic)
+        wait_for(lambda: rows["second"] == 30, "a query started after the release ran")
+        assert {SOURCE_CREATION, READ_PLANNING} <= set(startup_processes(jvm).values())
+        assert first.isActive and second.isActive and first.exception() is None and second.exception() is None
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()

@@ -1,0 +1,92 @@
+"""When the streaming job gives back Spark's start-up Python workers: lookup and creation once the queries
+have started, read planning only once every source of every running query has read rows (no Spark:
+stand-in queries; the release itself against real Spark is in tests/integration/test_startup_workers_release.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tidewater.config import Settings
+from tidewater.pipelines import get_pipeline
+from tidewater.streaming.runner import PipelineStreams
+from tidewater.streaming.startup_workers import (
+    READ_PLANNING,
+    SOURCE_CREATION,
+    SOURCE_LOOKUP,
+    STARTUP_WORKER_MODULES,
+    every_source_read,
+)
+
+
+def batch(*rows: int) -> dict[str, Any]:
+    return {"sources": [{"numInputRows": n} for n in rows]}
+
+
+def test_every_source_read_needs_rows_from_each_source_in_some_batch():
+    assert not every_source_read([])
+    assert not every_source_read([{"sources": []}])
+    assert not every_source_read([batch(0)])  # a trigger without data plans nothing
+    assert every_source_read([batch(0), batch(5)])
+    assert not every_source_read([batch(5, 0), batch(3, 0)])  # the second input never had data
+    assert every_source_read([batch(5, 0), batch(0, 1)])  # each input in a batch of its own
+    assert every_source_read([{"sources": [{"numInputRows": None}]}, batch(2)])
+
+
+class Query:
+    def __init__(self, *progress: dict[str, Any], active: bool = True) -> None:
+        self.recentProgress = list(progress)
+        self.isActive = active
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.released: list[set[str]] = []
+
+    def release(self, modules: set[str]) -> list[int]:
+        self.released.append(set(modules))
+        return []
+
+
+def job_with(tmp_path: Any, **queries: Query) -> tuple[PipelineStreams, Recorder]:
+    job = PipelineStreams(Settings(state_dir=str(tmp_path)), get_pipeline("rsvps"))
+    recorder = Recorder()
+    job._startup_workers = recorder  # type: ignore[assignment]
+    job.queries.update(queries)  # type: ignore[arg-type]
+    job._unplanned.update(queries)
+    job._startup_pending.update(STARTUP_WORKER_MODULES)
+    return job, recorder
+
+
+def test_lookup_and_creation_go_at_once_planning_once_every_query_read(tmp_path):
+    bronze, gold = Query(batch(2000)), Query(batch(0))
+    job, recorder = job_with(tmp_path, bronze=bronze, gold=gold)
+    job._give_back_startup_workers()
+    assert recorder.released == [{SOURCE_LOOKUP, SOURCE_CREATION}]  # gold has not planned its read yet
+    job._give_back_startup_workers()
+    assert len(recorder.released) == 1
+    gold.recentProgress.append(batch(40))
+    job._give_back_startup_workers()
+    assert recorder.released[1:] == [{READ_PLANNING}]
+    job._give_back_startup_workers()
+    assert len(recorder.released) == 2  # nothing left to give back
+
+
+def test_a_query_restarted_later_makes_them_pending_again(tmp_path):
+    job, recorder = job_with(tmp_path, gold=Query(batch(40)))
+    job._give_back_startup_workers()
+    assert recorder.released == [set(STARTUP_WORKER_MODULES)]
+    # what start() records for a restarted query: Spark starts new daemons for it
+    job.queries["gold"] = Query()  # type: ignore[assignment]
+    job._unplanned.add("gold")
+    job._startup_pending.update(STARTUP_WORKER_MODULES)
+    job._give_back_startup_workers()
+    assert recorder.released[1:] == [{SOURCE_LOOKUP, SOURCE_CREATION}]
+    job.queries["gold"].recentProgress.append(batch(1))  # type: ignore[attr-defined]
+    job._give_back_startup_workers()
+    assert recorder.released[2:] == [{READ_PLANNING}]
+
+
+def test_a_stopped_query_keeps_planning_pending(tmp_path):
+    job, recorder = job_with(tmp_path, gold=Query(batch(40), active=False))
+    job._give_back_startup_workers()
+    assert recorder.released == [{SOURCE_LOOKUP, SOURCE_CREATION}]
