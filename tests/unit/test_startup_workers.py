@@ -14,6 +14,7 @@ from tidewater.streaming.startup_workers import (
     SOURCE_CREATION,
     SOURCE_LOOKUP,
     STARTUP_WORKER_MODULES,
+    ReadSources,
     every_source_read,
 )
 
@@ -32,9 +33,17 @@ def test_every_source_read_needs_rows_from_each_source_in_some_batch():
     assert every_source_read([{"sources": [{"numInputRows": None}]}, batch(2)])
 
 
+def test_read_sources_accumulates_batch_by_batch():
+    sources = ReadSources()
+    assert not sources.add(None)  # no batch yet
+    assert not sources.add(batch(7, 0))
+    assert not sources.add(batch(0, 0))  # an idle trigger forgets nothing
+    assert sources.add(batch(0, 3))
+
+
 class Query:
-    def __init__(self, *progress: dict[str, Any], active: bool = True) -> None:
-        self.recentProgress = list(progress)
+    def __init__(self, progress: dict[str, Any] | None = None, active: bool = True) -> None:
+        self.lastProgress = progress
         self.isActive = active
 
 
@@ -52,7 +61,7 @@ def job_with(tmp_path: Any, **queries: Query) -> tuple[PipelineStreams, Recorder
     recorder = Recorder()
     job._startup_workers = recorder  # type: ignore[assignment]
     job.queries.update(queries)  # type: ignore[arg-type]
-    job._unplanned.update(queries)
+    job._unplanned.update({name: ReadSources() for name in queries})
     job._startup_pending.update(STARTUP_WORKER_MODULES)
     return job, recorder
 
@@ -64,7 +73,7 @@ def test_lookup_and_creation_go_at_once_planning_once_every_query_read(tmp_path)
     assert recorder.released == [{SOURCE_LOOKUP, SOURCE_CREATION}]  # gold has not planned its read yet
     job._give_back_startup_workers()
     assert len(recorder.released) == 1
-    gold.recentProgress.append(batch(40))
+    gold.lastProgress = batch(40)
     job._give_back_startup_workers()
     assert recorder.released[1:] == [{READ_PLANNING}]
     job._give_back_startup_workers()
@@ -77,11 +86,11 @@ def test_a_query_restarted_later_makes_them_pending_again(tmp_path):
     assert recorder.released == [set(STARTUP_WORKER_MODULES)]
     # what start() records for a restarted query: Spark starts new daemons for it
     job.queries["gold"] = Query()  # type: ignore[assignment]
-    job._unplanned.add("gold")
+    job._unplanned["gold"] = ReadSources()
     job._startup_pending.update(STARTUP_WORKER_MODULES)
     job._give_back_startup_workers()
     assert recorder.released[1:] == [{SOURCE_LOOKUP, SOURCE_CREATION}]
-    job.queries["gold"].recentProgress.append(batch(1))  # type: ignore[attr-defined]
+    job.queries["gold"].lastProgress = batch(1)  # type: ignore[attr-defined]
     job._give_back_startup_workers()
     assert recorder.released[2:] == [{READ_PLANNING}]
 

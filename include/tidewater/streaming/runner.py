@@ -46,7 +46,7 @@ from tidewater.spark import GOLD_POOL, SOURCES_POOL
 from tidewater.streaming.checkpoint import Checkpoint, claim, state_layout_hint
 from tidewater.streaming.progress import ProgressRecorder
 from tidewater.streaming.retention import RetentionWatch
-from tidewater.streaming.startup_workers import READ_PLANNING, STARTUP_WORKER_MODULES, StartupWorkers, every_source_read
+from tidewater.streaming.startup_workers import READ_PLANNING, STARTUP_WORKER_MODULES, ReadSources, StartupWorkers
 from tidewater.streaming.stop_request import StopRequest, StopRequestWatch
 from tidewater.streaming.writers import BronzeSilverWriter, GoldWriter, SilverWriter
 
@@ -128,7 +128,7 @@ class PipelineStreams:
         # Spark's start-up Python workers, given back once no query needs them (see _give_back_startup_workers).
         self._startup_workers: StartupWorkers | None = None
         self._startup_pending: set[str] = set()
-        self._unplanned: set[str] = set()  # queries not yet known to have planned every source's read
+        self._unplanned: dict[str, ReadSources] = {}  # queries not yet known to have planned every source's read
 
     # ---- set-up -----------------------------------------------------------------------------------
 
@@ -221,7 +221,7 @@ class PipelineStreams:
         self.queries[tier.query] = query
         self._started[tier.query] = (tier, trigger)
         self._startup_pending.update(STARTUP_WORKER_MODULES)
-        self._unplanned.add(tier.query)
+        self._unplanned[tier.query] = ReadSources()
         log.info("started %s (%s -> %s)", name, tier.source, tier.target)
         return query
 
@@ -357,10 +357,11 @@ class PipelineStreams:
         data, so it waits until every running query has read rows from each of its sources."""
         if self._startup_workers is None or not self._startup_pending:
             return
-        for name in list(self._unplanned):
+        for name, sources in list(self._unplanned.items()):
             query = self.queries.get(name)
-            if query is None or (query.isActive and every_source_read(query.recentProgress)):
-                self._unplanned.discard(name)
+            # lastProgress: one record per look (recentProgress costs a py4j call per record)
+            if query is None or (query.isActive and sources.add(query.lastProgress)):
+                del self._unplanned[name]
         ready = self._startup_pending - ({READ_PLANNING} if self._unplanned else set())
         if ready:
             self._startup_workers.release(ready)

@@ -40,16 +40,32 @@ READ_PLANNING = "pyspark.sql.worker.plan_data_source_read"
 STARTUP_WORKER_MODULES = (SOURCE_LOOKUP, SOURCE_CREATION, READ_PLANNING)
 
 
+class ReadSources:
+    """Which sources of one query run have read rows, from its progress records (Spark's JSON) as they
+    come: once each has, each source's read has been planned, and the query needs no planner."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.read: set[int] = set()
+
+    def add(self, record: Mapping[str, Any] | None) -> bool:
+        """Take one progress record (None: no batch yet); whether every source has now read rows."""
+        sources = (record or {}).get("sources") or []
+        self.count = max(self.count, len(sources))
+        self.read.update(i for i, source in enumerate(sources) if int(source.get("numInputRows") or 0) > 0)
+        return self.complete
+
+    @property
+    def complete(self) -> bool:
+        return self.count > 0 and len(self.read) == self.count
+
+
 def every_source_read(progress: Sequence[Mapping[str, Any]]) -> bool:
-    """Whether some micro-batch of this progress (one query run's, Spark's JSON) read rows from each of
-    the query's sources: then each source's read has been planned, and the query needs no planner."""
-    read: set[int] = set()
-    count = 0
+    """Whether some micro-batch of these progress records (one query run's) read rows from each source."""
+    sources = ReadSources()
     for record in progress:
-        sources = record.get("sources") or []
-        count = max(count, len(sources))
-        read.update(i for i, source in enumerate(sources) if int(source.get("numInputRows") or 0) > 0)
-    return count > 0 and len(read) == count
+        sources.add(record)
+    return sources.complete
 
 
 class StartupWorkers:
