@@ -354,8 +354,11 @@ class PipelineStreams:
         """Stop Spark's idle start-up Python workers (:mod:`tidewater.streaming.startup_workers`) as soon as
         no query can be using one: source lookup and creation run inside ``start()``, which only this
         thread calls, so they are idle here; read planning runs at a source's first micro-batch with
-        data, so it waits until every running query has read rows from each of its sources."""
-        if self._startup_workers is None or not self._startup_pending:
+        data, so it waits until every running query has read rows from each of its sources. Nothing is
+        given back while a restarted query has not run a batch yet: on a host so busy that queries
+        miss Spark's connect-back window, their restarts reuse the idle workers instead of starting
+        new daemons, which would load the host more."""
+        if self._startup_workers is None or not self._startup_pending or self._restarts:
             return
         for name, sources in list(self._unplanned.items()):
             query = self.queries.get(name)
