@@ -17,8 +17,8 @@ from tidewater.streaming.startup_workers import (
     READ_PLANNING,
     SOURCE_CREATION,
     STARTUP_WORKER_MODULES,
+    ReadSources,
     StartupWorkers,
-    every_source_read,
 )
 
 
@@ -84,7 +84,8 @@ def test_start_up_workers_end_and_come_back_when_needed(
     first = start("first", first_topic)
     second = None
     try:
-        wait_for(lambda: every_source_read(first.recentProgress), "the first query read its rows")
+        read = ReadSources()
+        wait_for(lambda: read.add(first.lastProgress), "the first query read its rows")
         before = startup_processes(jvm)
         assert {SOURCE_CREATION, READ_PLANNING} <= set(before.values()), before  # what the start left
 

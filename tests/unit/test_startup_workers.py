@@ -15,12 +15,16 @@ from tidewater.streaming.startup_workers import (
     SOURCE_LOOKUP,
     STARTUP_WORKER_MODULES,
     ReadSources,
-    every_source_read,
 )
 
 
 def batch(*rows: int) -> dict[str, Any]:
     return {"sources": [{"numInputRows": n} for n in rows]}
+
+
+def every_source_read(progress: list[dict[str, Any]]) -> bool:
+    sources = ReadSources()
+    return any([sources.add(record) for record in progress])
 
 
 def test_every_source_read_needs_rows_from_each_source_in_some_batch():

@@ -25,7 +25,7 @@ internals differ the release logs one warning and the job runs on as before.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -58,14 +58,6 @@ class ReadSources:
     @property
     def complete(self) -> bool:
         return self.count > 0 and len(self.read) == self.count
-
-
-def every_source_read(progress: Sequence[Mapping[str, Any]]) -> bool:
-    """Whether some micro-batch of these progress records (one query run's) read rows from each source."""
-    sources = ReadSources()
-    for record in progress:
-        sources.add(record)
-    return sources.complete
 
 
 class StartupWorkers:
