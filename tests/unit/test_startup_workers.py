@@ -73,35 +73,35 @@ def job_with(tmp_path: Any, **queries: Query) -> tuple[PipelineStreams, Recorder
 def test_lookup_and_creation_go_at_once_planning_once_every_query_read(tmp_path):
     bronze, gold = Query(batch(2000)), Query(batch(0))
     job, recorder = job_with(tmp_path, bronze=bronze, gold=gold)
-    job._give_back_startup_workers()
+    job._follow_start_up()
     assert recorder.released == [{SOURCE_LOOKUP, SOURCE_CREATION}]  # gold has not planned its read yet
-    job._give_back_startup_workers()
+    job._follow_start_up()
     assert len(recorder.released) == 1
     gold.lastProgress = batch(40)
-    job._give_back_startup_workers()
+    job._follow_start_up()
     assert recorder.released[1:] == [{READ_PLANNING}]
-    job._give_back_startup_workers()
+    job._follow_start_up()
     assert len(recorder.released) == 2  # nothing left to give back
 
 
 def test_a_query_restarted_later_makes_them_pending_again(tmp_path):
     job, recorder = job_with(tmp_path, gold=Query(batch(40)))
-    job._give_back_startup_workers()
+    job._follow_start_up()
     assert recorder.released == [set(STARTUP_WORKER_MODULES)]
     # what start() records for a restarted query: Spark starts new daemons for it
     job.queries["gold"] = Query()  # type: ignore[assignment]
     job._unplanned["gold"] = ReadSources()
     job._startup_pending.update(STARTUP_WORKER_MODULES)
-    job._give_back_startup_workers()
+    job._follow_start_up()
     assert recorder.released[1:] == [{SOURCE_LOOKUP, SOURCE_CREATION}]
     job.queries["gold"].lastProgress = batch(1)  # type: ignore[attr-defined]
-    job._give_back_startup_workers()
+    job._follow_start_up()
     assert recorder.released[2:] == [{READ_PLANNING}]
 
 
 def test_a_stopped_query_keeps_planning_pending(tmp_path):
     job, recorder = job_with(tmp_path, gold=Query(batch(40), active=False))
-    job._give_back_startup_workers()
+    job._follow_start_up()
     assert recorder.released == [{SOURCE_LOOKUP, SOURCE_CREATION}]
 
 
@@ -109,8 +109,8 @@ def test_nothing_goes_while_a_restarted_query_has_not_run_a_batch(tmp_path):
     gold = Query(batch(40))
     job, recorder = job_with(tmp_path, gold=gold)
     job._restarts["gold"] = 1  # what _raise_if_failed records when it restarts a query
-    job._give_back_startup_workers()
+    job._follow_start_up()
     assert recorder.released == []  # a next restart reuses the idle workers
     del job._restarts["gold"]  # it ran a batch (see _raise_if_failed)
-    job._give_back_startup_workers()
+    job._follow_start_up()
     assert recorder.released == [set(STARTUP_WORKER_MODULES)]

@@ -46,6 +46,7 @@ from tidewater.spark import GOLD_POOL, SOURCES_POOL
 from tidewater.streaming.checkpoint import Checkpoint, claim, state_layout_hint
 from tidewater.streaming.progress import ProgressRecorder
 from tidewater.streaming.retention import RetentionWatch
+from tidewater.streaming.start_gate import StartGate, gate_path
 from tidewater.streaming.startup_workers import READ_PLANNING, STARTUP_WORKER_MODULES, ReadSources, StartupWorkers
 from tidewater.streaming.stop_request import StopRequest, StopRequestWatch
 from tidewater.streaming.writers import BronzeSilverWriter, GoldWriter, SilverWriter
@@ -333,8 +334,11 @@ class PipelineStreams:
         self.prepare(spark)
         seconds = trigger_seconds if trigger_seconds is not None else self.settings.trigger_seconds
         requests = StopRequestWatch(self.layout.stop_request(), launched_at=self.launched_at)
+        gate = self.start_gate()
         try:
             requested = self._stop_requested(requests, stop)
+            while gate is not None and not stop.is_set() and not gate.wait(1.0):
+                requested = self._stop_requested(requests, stop)
             for tier in self.tiers:
                 if stop.is_set():
                     break
@@ -342,13 +346,39 @@ class PipelineStreams:
                 self.start(tier, {"processingTime": f"{every} seconds"})
             while not stop.is_set():
                 self._raise_if_failed()
-                self._give_back_startup_workers()
+                self._follow_start_up(gate)
                 requested = self._stop_requested(requests, stop)
                 if requested is None:
                     stop.wait(1.0)
         finally:
+            if gate is not None:
+                gate.release("the job is stopping")
             self.stop()
         return requested
+
+    def start_gate(self) -> StartGate | None:
+        """The host's start gate (:mod:`tidewater.streaming.start_gate`); None when turned off."""
+        limit = self.settings.stream_start_gate_seconds
+        if limit <= 0:
+            return None
+        holder = f"{self.layout.namespace}.{self.pipeline.name}"
+        return StartGate(gate_path(self.settings.state_dir), limit_s=limit, holder=holder)
+
+    def _follow_start_up(self, gate: StartGate | None = None) -> None:
+        """Once a second: note which queries have read rows from each of their sources (their reads
+        are planned, the last start-up work), give back the start-up workers no query needs any more,
+        and pass the start gate on once this job's start is over."""
+        for name, sources in list(self._unplanned.items()):
+            query = self.queries.get(name)
+            # lastProgress: one record per look (recentProgress costs a py4j call per record)
+            if query is None or (query.isActive and sources.add(query.lastProgress)):
+                del self._unplanned[name]
+        self._give_back_startup_workers()
+        if gate is not None and gate.held:
+            if not self._unplanned and not self._restarts:
+                gate.release("every query has read from each of its sources")
+            elif gate.overdue():
+                gate.release(f"held for {gate.limit_s:.0f} s, some source has not been read yet")
 
     def _give_back_startup_workers(self) -> None:
         """Stop Spark's idle start-up Python workers (:mod:`tidewater.streaming.startup_workers`) as soon as
@@ -360,11 +390,6 @@ class PipelineStreams:
         new daemons, which would load the host more."""
         if self._startup_workers is None or not self._startup_pending or self._restarts:
             return
-        for name, sources in list(self._unplanned.items()):
-            query = self.queries.get(name)
-            # lastProgress: one record per look (recentProgress costs a py4j call per record)
-            if query is None or (query.isActive and sources.add(query.lastProgress)):
-                del self._unplanned[name]
         ready = self._startup_pending - ({READ_PLANNING} if self._unplanned else set())
         if ready:
             self._startup_workers.release(ready)
