@@ -8,9 +8,12 @@ supervised streaming job per pipeline) in a temporary state folder and prints:
    means here);
 2. resident memory, sampled every 2 s for ``--seconds`` once the stream runs, per part: the platform
    process (with generator thread), each Airflow component's session (with the task processes it
-   starts), each streaming job's session (JVM + Python driver + workers); peak and mean of the total.
+   starts), each streaming job's session (JVM + Python driver + workers); peak and mean of the total;
+   and the total's peak while the platform started (from the command's start to the first silver rows);
+3. per streaming job, how often one of its queries missed Spark's 10 s connect-back window and was
+   restarted (the streaming job's log), which is what a host too busy at the start looks like.
 
-    .venv/bin/python benchmarks/bench_platform.py [--seconds 120] [--rate 150]
+    .venv/bin/python benchmarks/bench_platform.py [--seconds 120] [--rate 150] [--setting NAME=VALUE ...]
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -34,6 +38,7 @@ from tidewater.orchestration.supervisor import RUNNING, StreamControl
 from tidewater.pipelines import all_pipelines
 from tidewater.pipelines.layout import PipelineLayout
 from tidewater.processes import exit_on_sigterm
+from tidewater.streaming.runner import WORKER_RESTART
 
 BIN = Path(sys.executable).parent
 
@@ -55,6 +60,22 @@ def without_rows(tables: list) -> list[str]:
     return ["/".join(t.uri.rstrip("/").split("/")[-2:]) for t in tables if not (t.exists() and t.row_count() > 0)]
 
 
+def setting_env(pairs: list[str]) -> dict[str, str]:
+    """``--setting NAME=VALUE`` -> ``TIDEWATER_NAME=VALUE`` (a setting the platform is run with)."""
+    env = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip():
+            raise SystemExit(f"bench_platform: --setting {pair!r}: expected NAME=VALUE, e.g. RELEASE_STARTUP_WORKERS=0")
+        env["TIDEWATER_" + name.strip().upper().removeprefix("TIDEWATER_")] = value
+    return env
+
+
+def worker_timeouts(log_path: Path) -> int:
+    """How often the job restarted a query whose Python worker missed the connect-back window (its log)."""
+    return log_path.read_text(errors="replace").count(WORKER_RESTART) if log_path.exists() else 0
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=120.0, help="how long to sample memory once running")
@@ -62,12 +83,16 @@ def main() -> None:
     parser.add_argument(
         "--start-timeout", type=float, default=300.0, help="seconds to wait for every source's first silver rows"
     )
+    parser.add_argument(
+        "--setting", action="append", default=[], help="NAME=VALUE: run the platform with TIDEWATER_NAME=VALUE"
+    )
     args = parser.parse_args()
     exit_on_sigterm()  # a killed bench still stops the platform it started
 
     state = tempfile.mkdtemp(prefix="tidewater-bench-platform-")
     settings = Settings(state_dir=str(Path(state) / "state"), airflow_port=free_port())
     env = {k: v for k, v in os.environ.items() if not k.startswith("TIDEWATER_")}
+    env |= setting_env(args.setting)
     env |= {"TIDEWATER_STATE_DIR": settings.state_dir, "TIDEWATER_AIRFLOW_PORT": str(settings.airflow_port)}
     log = Path(state) / "platform.log"
     began = time.monotonic()
@@ -87,27 +112,50 @@ def main() -> None:
         for name in PipelineLayout.of(settings, p).tier_tables("silver")
     ]
     samples: list[dict[str, int]] = []
+    started = threading.Event()
+    starting_totals: list[int] = []
+
+    def sample() -> dict[str, int]:
+        try:
+            recorded = json.loads((Path(settings.state_dir) / "platform.json").read_text())
+        except (OSError, ValueError):
+            recorded = {}
+        parts = {"platform": session_rss_bytes(proc.pid)}
+        if recorded.get("broker_pid"):
+            parts["broker"] = session_rss_bytes(os.getsid(recorded["broker_pid"]))
+        if recorded.get("s3_server_pid"):  # the durable broker's log lives on the embedded S3 server
+            parts["broker's S3 server"] = session_rss_bytes(os.getsid(recorded["s3_server_pid"]))
+        for name, pid in (recorded.get("airflow_pids") or {}).items():
+            parts[f"airflow {name}"] = session_rss_bytes(pid)
+        for name, control in controls.items():
+            try:
+                stream = control.health().pid
+                parts[f"stream job {name}"] = session_rss_bytes(os.getsid(stream)) if stream else 0
+            except (OSError, ProcessLookupError):  # a job ending between the look and the count
+                parts[f"stream job {name}"] = 0
+        return parts
+
+    def sample_the_start() -> None:
+        while not started.is_set() and proc.poll() is None:
+            starting_totals.append(sum(sample().values()))
+            started.wait(2.0)
+
+    sampler = threading.Thread(target=sample_the_start, daemon=True)
+    sampler.start()
     try:
         healthy = wait(lambda: "Airflow UI at" in log.read_text(), 300, "Airflow")
         running = wait(lambda: all(c.health().state == RUNNING for c in controls.values()), 400, "the streams")
         first_rows = wait(
             lambda: not without_rows(silvers), args.start_timeout, "silver rows", lambda: without_rows(silvers)
         )
-        recorded = json.loads((Path(settings.state_dir) / "platform.json").read_text())
-        airflow_pids, broker_pid = recorded["airflow_pids"], recorded["broker_pid"]
+        started.set()
+        sampler.join(10)
         end = time.monotonic() + args.seconds
         while time.monotonic() < end:
-            sample = {"platform": session_rss_bytes(proc.pid), "broker": session_rss_bytes(os.getsid(broker_pid))}
-            if recorded.get("s3_server_pid"):  # the durable broker's log lives on the embedded S3 server
-                sample["broker's S3 server"] = session_rss_bytes(os.getsid(recorded["s3_server_pid"]))
-            for name, pid in airflow_pids.items():
-                sample[f"airflow {name}"] = session_rss_bytes(pid)
-            for name, control in controls.items():
-                stream = control.health().pid
-                sample[f"stream job {name}"] = session_rss_bytes(os.getsid(stream)) if stream else 0
-            samples.append(sample)
+            samples.append(sample())
             time.sleep(2.0)
     finally:
+        started.set()
         subprocess.run([str(BIN / "tidewater"), "stop", "--timeout", "240"], env=env, timeout=300)
         proc.wait(timeout=60)
 
@@ -124,8 +172,16 @@ def main() -> None:
         print(f"  {part:<24} peak {max(values) / mib:7.0f} MiB  mean {statistics.mean(values) / mib:7.0f} MiB")
     print(
         f"total RSS over {args.seconds:.0f} s at {args.rate:g} ev/s: peak {max(totals) / mib:.0f} MiB, "
-        f"mean {statistics.mean(totals) / mib:.0f} MiB"
+        f"mean {statistics.mean(totals) / mib:.0f} MiB; while starting: peak {max(starting_totals) / mib:.0f} MiB"
     )
+    misses = {name: worker_timeouts(control.log_path) for name, control in controls.items()}
+    print(
+        "queries restarted after a missed connect-back: "
+        + ", ".join(f"{name} {count}" for name, count in misses.items())
+        + f" ({sum(misses.values())} in all)"
+    )
+    if args.setting:
+        print(f"settings: {', '.join(args.setting)}")
 
 
 if __name__ == "__main__":

@@ -56,6 +56,7 @@ log = logging.getLogger(__name__)
 # Spark's error when a Python worker did not connect back within its fixed 10 s, and how often the job
 # restarts one query for it before failing as a whole (the supervisor then restarts the job).
 WORKER_TIMEOUT = "Python worker failed to connect back"
+WORKER_RESTART = "restarting the query from its checkpoint"  # in the job's log, once per such restart
 MAX_WORKER_RESTARTS = 5
 
 
@@ -421,9 +422,10 @@ class PipelineStreams:
             if error is not None and WORKER_TIMEOUT in str(error) and restarts < MAX_WORKER_RESTARTS:
                 self._restarts[query_name] = restarts + 1
                 log.warning(
-                    "%s: %s; restarting the query from its checkpoint (%d of %d)",
+                    "%s: %s; %s (%d of %d)",
                     self.query_name(query_name),
                     detail,
+                    WORKER_RESTART,
                     restarts + 1,
                     MAX_WORKER_RESTARTS,
                 )
