@@ -9,9 +9,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from bench_platform import setting_env, worker_timeouts  # noqa: E402
+from bench_platform import setting_env, worker_timeouts
 
-from tidewater.config import Settings  # noqa: E402
+from tidewater.config import Settings
 
 
 def test_settings_become_the_platforms_variables():

@@ -3,8 +3,10 @@ flocks, across processes too; the runner's loop with stand-in queries, no Spark)
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -16,9 +18,10 @@ import pytest
 
 from tidewater.config import Settings
 from tidewater.errors import ConfigError
+from tidewater.orchestration.supervisor import DEAD, STARTING, StreamControl, write_json
 from tidewater.pipelines import get_pipeline
 from tidewater.streaming.runner import PipelineStreams, Tier
-from tidewater.streaming.start_gate import StartGate, gate_path
+from tidewater.streaming.start_gate import WAITING_FILE, StartGate, gate_path, read_waiting
 from tidewater.streaming.startup_workers import ReadSources
 
 
@@ -40,15 +43,44 @@ def test_the_second_job_waits_for_the_first_and_learns_who_it_waits_for(tmp_path
     assert not second.held
 
 
-def test_a_job_waits_at_most_the_limit_then_starts_without_the_gate(tmp_path, capsys):
-    first, second = gate(tmp_path, "live.rsvps"), gate(tmp_path, "live.ads", limit_s=0.6)
-    assert first.wait(1.0)
-    assert not second.wait(0.3)
+def test_only_a_holder_stuck_past_twice_the_limit_is_skipped(tmp_path, capsys):
+    stuck, second = gate(tmp_path, "live.rsvps", limit_s=0.3), gate(tmp_path, "live.ads", limit_s=0.3)
+    assert stuck.wait(1.0)
+    assert not second.wait(0.4)  # past the limit, not past twice it
     assert second.wait(1.0) and second.bypassed and not second.held
-    assert "for live.rsvps (pid" in capsys.readouterr().out.split("waited")[-1]
+    assert "live.rsvps (pid" in capsys.readouterr().out.split("has held the start gate")[0].splitlines()[-1]
     assert second.wait(0.1) and not second.held  # decided: it does not wait again
-    assert first.held  # the holder keeps it
+    assert stuck.held  # the holder keeps it
+    stuck.release("started")
+
+
+def test_waiting_jobs_do_not_give_up_together_while_the_gate_moves_on(tmp_path):
+    """Each job ahead holds the gate less than twice the limit: the last one waits longer than that in
+    all, and still takes its turn instead of starting beside the others."""
+    first, second, third = (gate(tmp_path, name, limit_s=0.5) for name in ("live.rsvps", "live.ads", "live.vending"))
+    began = time.monotonic()
+    assert first.wait(1.0)
+    assert not second.wait(0.4) and not third.wait(0.4)
     first.release("started")
+    assert second.wait(0.5) and second.held
+    assert not third.wait(0.8)  # now behind the second: its clock starts again
+    second.release("started")
+    assert third.wait(0.5) and third.held and not third.bypassed
+    assert time.monotonic() - began > 2 * third.limit_s
+    third.release("started")
+
+
+def test_a_waiting_job_says_so_for_the_supervisor_until_it_takes_the_gate(tmp_path):
+    waiting_file = tmp_path / "progress" / "waiting-at-start-gate.json"
+    first = gate(tmp_path, "live.rsvps")
+    second = StartGate(gate_path(tmp_path), limit_s=30.0, holder="live.ads", waiting_file=waiting_file)
+    assert first.wait(1.0) and not second.wait(0.2)
+    record = read_waiting(waiting_file)
+    assert record["pid"] == os.getpid() and record["behind"].startswith("live.rsvps (pid")
+    assert record["since_unix"] <= time.time()
+    first.release("started")
+    assert second.wait(1.0) and not waiting_file.exists()
+    second.release("started")
 
 
 def test_held_longer_than_the_limit_is_overdue(tmp_path):
@@ -130,7 +162,7 @@ def run(job: PipelineStreams, stop: threading.Event) -> threading.Thread:
     return thread
 
 
-def test_a_job_starts_its_queries_once_the_gate_is_free_and_holds_it_until_every_query_read(tmp_path):
+def test_a_job_starts_its_queries_once_the_gate_is_free_and_holds_it_until_they_run(tmp_path):
     other = gate(tmp_path, "live.pageviews")
     assert other.wait(1.0)
     job, started = stand_in_job(tmp_path)
@@ -139,16 +171,18 @@ def test_a_job_starts_its_queries_once_the_gate_is_free_and_holds_it_until_every
     try:
         time.sleep(1.5)
         assert started == []  # another job is starting
+        assert read_waiting(job.layout.progress_dir() / WAITING_FILE)["behind"].startswith("live.pageviews")
         other.release("started")
         wait_until(lambda: len(started) == len(job.tiers), "every query started once the gate was free")
+        assert not (job.layout.progress_dir() / WAITING_FILE).exists()
         third = gate(tmp_path, "live.ads")
         assert not third.wait(1.5)  # the job holds the gate while its queries start
-        started[0].lastProgress = read(0)  # a trigger without data plans nothing
-        for query in started[1:]:
-            query.lastProgress = read(40)
-        assert not third.wait(1.5)
-        started[0].lastProgress = read(7)  # every query has read from its source
-        assert third.wait(5.0), "the job passed the gate on"
+        for query in started:
+            query.lastProgress = read(0)  # every query ran a trigger, without data
+        assert not third.wait(1.5)  # bronze has not read from Kafka yet: its workers may still be starting
+        bronze = started[[t.query for t in job.tiers].index("bronze")]
+        bronze.lastProgress = read(7)
+        assert third.wait(5.0), "the job passed the gate on"  # gold's first read of silver is not waited for
         third.release("started")
     finally:
         stop.set()
@@ -197,3 +231,40 @@ def test_the_gate_must_end_before_the_supervisor_gives_up_on_a_start(limit, acce
     else:
         with pytest.raises(ConfigError, match="must be less than TIDEWATER_STREAM_STARTUP_SECONDS"):
             settings.validate({})
+
+
+# ---- what the supervisor makes of a job waiting at the gate ------------------------------------------
+
+
+def test_the_supervisor_takes_a_job_waiting_at_the_gate_for_starting_past_its_start_up_time(tmp_path):
+    control = StreamControl(Settings(state_dir=str(tmp_path), stream_startup_seconds=60), "rsvps")
+    launched = time.time() - 61  # past its start-up time, holding no checkpoint
+    write_json(control.dir / "driver.json", {"pid": os.getpid(), "launched_unix": launched, "log_offset": 0})
+    assert control.health().state == DEAD
+    waiting_file = control.layout.progress_dir() / WAITING_FILE
+    waiting = StartGate(gate_path(tmp_path), limit_s=30.0, holder="live.rsvps", waiting_file=waiting_file)
+    ahead = gate(tmp_path, "live.ads")
+    assert ahead.wait(1.0) and not waiting.wait(0.1)
+    health = control.health()
+    assert health.state == STARTING and health.detail.startswith("waiting at the start gate for live.ads (pid")
+    ahead.release("started")
+    assert waiting.wait(1.0)
+    assert control.health().state == DEAD  # took the gate: now it must claim its checkpoints like any start
+    waiting.release("started")
+
+
+def test_a_waiting_record_of_an_ended_job_or_an_earlier_launch_is_not_believed(tmp_path):
+    control = StreamControl(Settings(state_dir=str(tmp_path), stream_startup_seconds=60), "rsvps")
+    launched = time.time() - 61
+    write_json(control.dir / "driver.json", {"pid": os.getpid(), "launched_unix": launched, "log_offset": 0})
+    waiting_file = control.layout.progress_dir() / WAITING_FILE
+    waiting_file.parent.mkdir(parents=True)
+    host = socket.gethostname()
+    for record in (
+        {"pid": 2**22 + 1, "host": host, "behind": "live.ads", "since_unix": launched + 5},  # ended
+        {"pid": os.getpid(), "host": host, "behind": "live.ads", "since_unix": launched - 5},  # an earlier launch
+        {"pid": os.getpid(), "host": "another-host", "behind": "live.ads", "since_unix": launched + 5},
+        {"pid": 0, "host": host, "behind": "live.ads", "since_unix": launched + 5},
+    ):
+        waiting_file.write_text(json.dumps(record))
+        assert control.health().state == DEAD, record

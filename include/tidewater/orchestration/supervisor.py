@@ -27,6 +27,9 @@ Per pipeline and namespace, ``<state_dir>/streams/<namespace>/<pipeline>/`` hold
 
 Health comes from the heartbeat files the driver's StreamingQueryListener writes
 (:mod:`tidewater.streaming.progress`): last batch time, input rate, lag per partition, state rows.
+A launched driver is ``starting`` until it holds its checkpoints, for ``stream_startup_seconds``,
+or for as long as it waits at the host's start gate behind another job's start
+(:mod:`tidewater.streaming.start_gate`).
 
 **Crash loops are bounded.** A stream that dies (or stalls) on every start, without committing a
 batch in between, is restarted at most ``stream_max_restarts`` times within
@@ -59,6 +62,7 @@ from tidewater.pipelines.layout import PipelineLayout
 from tidewater.processes import alive, group_members, signal_group
 from tidewater.streaming.checkpoint import lease_holder
 from tidewater.streaming.progress import read_json_lines_tail, read_progress
+from tidewater.streaming.start_gate import WAITING_FILE, read_waiting
 from tidewater.streaming.stop_request import clear_request, read_request, write_request
 
 RUNNING, STARTING, STALLED, DEAD, STOPPED, FAILED = "running", "starting", "stalled", "dead", "stopped", "failed"
@@ -370,6 +374,19 @@ class StreamControl:
         ):
             where = "" if launched_here else f" on {driver.get('host')}"
             return make(STARTING, int(pid), f"launched{where}, not yet holding its checkpoints")
+        # Past its start-up time but waiting for another job's start (tidewater.streaming.start_gate).
+        waiting = read_waiting(self.layout.progress_dir() / WAITING_FILE)
+        if (
+            pid
+            and launched_here
+            and alive(int(pid))
+            and waiting.get("host") == socket.gethostname()
+            and int(waiting.get("pid", 0)) > 0
+            and alive(int(waiting["pid"]))
+            and float(waiting.get("since_unix", 0)) >= float(driver.get("launched_unix", 0))
+        ):
+            waited = now - float(waiting["since_unix"])
+            return make(STARTING, int(pid), f"waiting at the start gate for {waiting.get('behind')} ({waited:.0f} s)")
         if desired == STOPPED:
             return make(STOPPED, None, "stopped on request" if driver else "never started")
         failed = driver.get("failed")

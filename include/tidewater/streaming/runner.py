@@ -46,7 +46,7 @@ from tidewater.spark import GOLD_POOL, SOURCES_POOL
 from tidewater.streaming.checkpoint import Checkpoint, claim, state_layout_hint
 from tidewater.streaming.progress import ProgressRecorder
 from tidewater.streaming.retention import RetentionWatch
-from tidewater.streaming.start_gate import StartGate, gate_path
+from tidewater.streaming.start_gate import WAITING_FILE, StartGate, gate_path
 from tidewater.streaming.startup_workers import READ_PLANNING, STARTUP_WORKER_MODULES, ReadSources, StartupWorkers
 from tidewater.streaming.stop_request import StopRequest, StopRequestWatch
 from tidewater.streaming.writers import BronzeSilverWriter, GoldWriter, SilverWriter
@@ -131,6 +131,7 @@ class PipelineStreams:
         self._startup_workers: StartupWorkers | None = None
         self._startup_pending: set[str] = set()
         self._unplanned: dict[str, ReadSources] = {}  # queries not yet known to have planned every source's read
+        self._triggered: set[str] = set()  # queries known to have run a trigger (see _started_up)
 
     # ---- set-up -----------------------------------------------------------------------------------
 
@@ -363,12 +364,26 @@ class PipelineStreams:
         if limit <= 0:
             return None
         holder = f"{self.layout.namespace}.{self.pipeline.name}"
-        return StartGate(gate_path(self.settings.state_dir), limit_s=limit, holder=holder)
+        waiting = self.layout.progress_dir() / WAITING_FILE
+        return StartGate(gate_path(self.settings.state_dir), limit_s=limit, holder=holder, waiting_file=waiting)
+
+    def _started_up(self) -> bool:
+        """This job's start is over for the start gate: every query has run a trigger and every query
+        over Kafka has read rows, so their Python workers are up, and no query waits for a restart.
+        A gold query's first read of silver comes later, and costs one planner, not a job's start."""
+        if self._restarts:
+            return False
+        for name, query in self.queries.items():
+            if name not in self._triggered:
+                if query.lastProgress is None:
+                    return False
+                self._triggered.add(name)
+        return not any(tier.feeds is not None and tier.query in self._unplanned for tier in self.tiers)
 
     def _follow_start_up(self, gate: StartGate | None = None) -> None:
         """Once a second: note which queries have read rows from each of their sources (their reads
         are planned, the last start-up work), give back the start-up workers no query needs any more,
-        and pass the start gate on once this job's start is over."""
+        and pass the start gate on once this job's start is over (:meth:`_started_up`)."""
         for name, sources in list(self._unplanned.items()):
             query = self.queries.get(name)
             # lastProgress: one record per look (recentProgress costs a py4j call per record)
@@ -376,10 +391,10 @@ class PipelineStreams:
                 del self._unplanned[name]
         self._give_back_startup_workers()
         if gate is not None and gate.held:
-            if not self._unplanned and not self._restarts:
-                gate.release("every query has read from each of its sources")
+            if self._started_up():
+                gate.release("every query has run a trigger, and every query over Kafka has read from it")
             elif gate.overdue():
-                gate.release(f"held for {gate.limit_s:.0f} s, some source has not been read yet")
+                gate.release(f"held for {gate.limit_s:.0f} s, the longest a job may")
 
     def _give_back_startup_workers(self) -> None:
         """Stop Spark's idle start-up Python workers (:mod:`tidewater.streaming.startup_workers`) as soon as

@@ -9,45 +9,63 @@ one after the other, each job's start has the host to itself, and its start-up w
 back (:mod:`tidewater.streaming.startup_workers`) before the next job forks its own.
 
 A job takes the gate, an ``flock`` on ``<state_dir>/stream-start.lock``, before it starts its
-queries, and gives it up once every query has read rows from each of its sources (the last start-up
-work: its reads are planned), or after ``limit_s``, whichever comes first (a quiet source reads
-nothing for a while). A job that has waited ``limit_s`` for the gate starts anyway: the gate orders
-starts, it never keeps a stream from running. The kernel drops an ``flock`` with its process, so a
-job killed with the gate held does not keep it. Only long-running jobs take it
-(:meth:`tidewater.streaming.runner.PipelineStreams.run_forever`).
+queries, and passes it on once its start is over: every query has run a trigger and every query over
+Kafka has read rows (so its Python workers are up), or after ``limit_s``, whichever comes first.
+The kernel drops an ``flock`` with its process, so a killed job does not keep it.
+
+A waiting job waits as long as the jobs ahead of it keep passing the gate on, since each holds it at
+most ``limit_s``. Only a holder that keeps it past twice that (its own loop stuck) is skipped: the
+waiting job then starts without the gate. Waiting jobs do not give up together at a fixed time,
+which would start them all at once, the very thing the gate is for. While it waits, a job says so in
+:data:`WAITING_FILE` beside its progress files, so the supervisor takes it for starting, not for a
+driver that failed to claim its checkpoints (:meth:`tidewater.orchestration.supervisor.StreamControl.health`).
+Only long-running jobs take the gate (:meth:`tidewater.streaming.runner.PipelineStreams.run_forever`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import json
 import os
 import socket
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from tidewater.lake.locks import stamp, try_flock
 
 GATE_FILE = "stream-start.lock"
+WAITING_FILE = "waiting-at-start-gate.json"  # in the job's progress folder, while it waits
 
 
 def gate_path(state_dir: str | Path) -> Path:
     return Path(state_dir).absolute() / GATE_FILE
 
 
-class StartGate:
-    """The host's start gate for one job (see the module's docstring); ``holder`` names the job in
-    the file, so a waiting job can say whose start it waits for."""
+def read_waiting(path: Path) -> dict[str, Any]:
+    """What a waiting job wrote (pid, host, behind, since_unix), or {} when none waits there."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
 
-    def __init__(self, path: Path, *, limit_s: float, holder: str) -> None:
+
+class StartGate:
+    """The host's start gate for one job (see the module's docstring). ``holder`` names the job in
+    the gate file, so a waiting job can say whom it waits for; ``waiting_file`` is where it says so."""
+
+    def __init__(self, path: Path, *, limit_s: float, holder: str, waiting_file: Path | None = None) -> None:
         self.path = path
         self.limit_s = limit_s
         self.holder = holder
+        self.waiting_file = waiting_file
+        self.bypassed = False  # skipped a holder stuck past twice the limit
         self._handle: IO[str] | None = None
         self._waiting_since: float | None = None
         self._taken_at: float | None = None
-        self.bypassed = False  # waited the limit and started without it
-        self._announced = False
+        self._ahead: str | None = None  # the holder it waits for, and since when
+        self._ahead_since = 0.0
 
     @property
     def held(self) -> bool:
@@ -55,8 +73,8 @@ class StartGate:
 
     def wait(self, seconds: float) -> bool:
         """Try to take the gate for up to ``seconds`` (a slice of the wait, so the caller can look at
-        stop requests in between). True once the job may start its queries: it holds the gate, or it
-        has waited ``limit_s`` in all."""
+        stop requests in between). True once the job may start its queries: it holds the gate, or
+        the job ahead kept it past twice the limit."""
         if self.held or self.bypassed:
             return True
         now = time.monotonic()
@@ -66,41 +84,47 @@ class StartGate:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         handle = open(self.path, "a+")  # noqa: SIM115 - held until release()
         while True:
-            other = try_flock(handle)
-            if other is None:
+            ahead = try_flock(handle)
+            now = time.monotonic()
+            if ahead is None:
                 stamp(handle, f"{self.holder} (pid {os.getpid()} on {socket.gethostname()})")
-                self._handle, self._taken_at = handle, time.monotonic()
-                if self._announced:  # it said it waits: say when that ended
-                    waited = self._taken_at - self._waiting_since
+                self._handle, self._taken_at = handle, now
+                if self._ahead is not None:  # it said it waits: say when that ended
+                    waited = now - self._waiting_since
                     print(f"tidewater: starting the queries after {waited:.1f} s at the start gate", flush=True)
+                self._forget_waiting()
                 return True
-            waited = time.monotonic() - self._waiting_since
-            if waited >= self.limit_s:
+            ahead = ahead or "another job"
+            if ahead != self._ahead:
+                self._ahead, self._ahead_since = ahead, now
+                print(
+                    f"tidewater: waiting for {ahead} to start its queries (the start gate {self.path}; each job "
+                    f"holds it at most {self.limit_s:.0f} s)",
+                    flush=True,
+                )
+                self._say_waiting(ahead)
+            if now - self._ahead_since >= 2 * self.limit_s:
                 handle.close()
                 self.bypassed = True
+                self._forget_waiting()
                 print(
-                    f"tidewater: waited {waited:.0f} s for {other or 'another job'} to start its queries; "
-                    "starting without the start gate",
+                    f"tidewater: {ahead} has held the start gate for {now - self._ahead_since:.0f} s, more than "
+                    f"twice its {self.limit_s:.0f} s; starting the queries without it",
                     flush=True,
                 )
                 return True
-            if not self._announced:
-                print(
-                    f"tidewater: waiting for {other or 'another job'} to start its queries (the start gate, "
-                    f"{self.path}; at most {self.limit_s:.0f} s)",
-                    flush=True,
-                )
-                self._announced = True
-            if time.monotonic() >= deadline:
+            if now >= deadline:
                 handle.close()
                 return False
-            time.sleep(min(0.25, max(0.0, deadline - time.monotonic())))
+            time.sleep(min(0.25, max(0.0, deadline - now)))
 
     def overdue(self) -> bool:
         """Held for ``limit_s`` or longer."""
         return self._taken_at is not None and time.monotonic() - self._taken_at >= self.limit_s
 
     def release(self, why: str) -> None:
+        """Pass the gate on (if held) and stop saying that the job waits."""
+        self._forget_waiting()
         if self._handle is None:
             return
         held = time.monotonic() - (self._taken_at or time.monotonic())
@@ -109,3 +133,16 @@ class StartGate:
         fcntl.flock(self._handle, fcntl.LOCK_UN)
         self._handle.close()
         self._handle = None
+
+    def _say_waiting(self, ahead: str) -> None:
+        if self.waiting_file is not None:
+            self.waiting_file.parent.mkdir(parents=True, exist_ok=True)
+            record = {"pid": os.getpid(), "host": socket.gethostname(), "behind": ahead, "since_unix": time.time()}
+            partial = self.waiting_file.with_suffix(".tmp")
+            partial.write_text(json.dumps(record))
+            partial.replace(self.waiting_file)
+
+    def _forget_waiting(self) -> None:
+        if self.waiting_file is not None:
+            with contextlib.suppress(FileNotFoundError):
+                self.waiting_file.unlink()
