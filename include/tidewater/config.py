@@ -362,7 +362,7 @@ class Settings:
     # A launched driver may take this long to claim its checkpoint.
     stream_startup_seconds: float = setting(240.0, Range(gt=0, le=86_400))
     # Streaming jobs start their queries one at a time on a host (tidewater.streaming.start_gate): a job
-    # waits at most this long for another's start, and holds the gate at most this long; 0: no gate.
+    # holds the gate at most this long; one waiting skips a holder stuck past twice it. 0: no gate.
     stream_start_gate_seconds: float = setting(120.0, Range(ge=0, le=86_400))
     stream_stop_timeout_seconds: float = setting(60.0, Range(ge=0, le=86_400))  # graceful stop, then SIGKILL
     # Restarts of a stream dying on every start without a batch; then failed.
@@ -512,12 +512,6 @@ class Settings:
             raise ConfigError(
                 "TIDEWATER_LOCK_BACKEND='postgres' needs TIDEWATER_POSTGRES_DSN (e.g. 'host=127.0.0.1 port=5432 "
                 "user=tidewater dbname=tidewater'); set it, or use the flock backend on one host"
-            )
-        if self.stream_start_gate_seconds >= self.stream_startup_seconds:
-            raise ConfigError(
-                f"TIDEWATER_STREAM_START_GATE_SECONDS={self.stream_start_gate_seconds:g}: must be less than "
-                f"TIDEWATER_STREAM_STARTUP_SECONDS ({self.stream_startup_seconds:g}), or the supervisor takes a job "
-                "still waiting at the start gate for dead; lower the one or raise the other (0 turns the gate off)"
             )
         if "://" in self.checkpoint_root and not self.checkpoint_root.startswith("file://"):
             raise ConfigError(

@@ -44,7 +44,6 @@ def test_crash_looping_stream_is_failed_then_resumed(kafka_settings, make_topic,
         kafka_topic_prefix=make_topic(partitions=1, prefix="loop") + "-",
         stream_max_restarts=2,
         stream_startup_seconds=120,
-        stream_start_gate_seconds=60,
         stream_stop_timeout_seconds=30,
     )
     topic = settings.topic(RSVPS.source().topic)

@@ -74,7 +74,6 @@ def refused(env: dict[str, str]) -> str:
         ("STREAM_STALL_SECONDS", "-5", ["> 0"]),
         ("STREAM_STARTUP_SECONDS", "0", ["> 0"]),
         ("STREAM_START_GATE_SECONDS", "-1", ["from 0 to"]),
-        ("STREAM_START_GATE_SECONDS", "240", ["must be less than TIDEWATER_STREAM_STARTUP_SECONDS (240)", "0 turns"]),
         ("STREAM_STOP_TIMEOUT_SECONDS", "-1", ["from 0 to"]),
         ("BATCH_SETTLE_MINUTES", "-1", ["from 0 to"]),
         ("CORRECTION_LOOKBACK_HOURS", "0", ["> 0"]),
