@@ -81,7 +81,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=120.0, help="how long to sample memory once running")
     parser.add_argument("--rate", type=float, default=150.0, help="generated events per second, per pipeline")
     parser.add_argument(
-        "--start-timeout", type=float, default=300.0, help="seconds to wait for every source's first silver rows"
+        "--start-timeout",
+        type=float,
+        default=300.0,
+        help="seconds to wait for every stream to hold its checkpoints, and then for every source's first silver rows",
     )
     parser.add_argument(
         "--setting", action="append", default=[], help="NAME=VALUE: run the platform with TIDEWATER_NAME=VALUE"
@@ -144,7 +147,10 @@ def main() -> None:
     sampler.start()
     try:
         healthy = wait(lambda: "Airflow UI at" in log.read_text(), 300, "Airflow")
-        running = wait(lambda: all(c.health().state == RUNNING for c in controls.values()), 400, "the streams")
+        # Started one after another at the start gate, the last stream may claim its checkpoints minutes in.
+        running = wait(
+            lambda: all(c.health().state == RUNNING for c in controls.values()), args.start_timeout, "the streams"
+        )
         first_rows = wait(
             lambda: not without_rows(silvers), args.start_timeout, "silver rows", lambda: without_rows(silvers)
         )
