@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from tidewater.config import Settings
-from tidewater.orchestration.supervisor import DEAD, STARTING, StreamControl, write_json
+from tidewater.orchestration.supervisor import RUNNING, STALLED, STARTING, StreamControl
 from tidewater.pipelines import get_pipeline
 from tidewater.streaming.runner import PipelineStreams, Tier
-from tidewater.streaming.start_gate import WAITING_FILE, StartGate, gate_path, read_waiting
+from tidewater.streaming.start_gate import STATUS_FILE, StartGate, gate_path, read_status
 from tidewater.streaming.startup_workers import ReadSources
 
 
@@ -67,16 +67,18 @@ def test_waiting_jobs_do_not_give_up_together_while_the_gate_moves_on(tmp_path):
     third.release("started")
 
 
-def test_a_waiting_job_says_so_for_the_supervisor_until_it_takes_the_gate(tmp_path):
-    waiting_file = tmp_path / "progress" / "waiting-at-start-gate.json"
+def test_a_job_records_whom_it_waits_for_and_when_it_passed(tmp_path):
+    status_file = tmp_path / "progress" / STATUS_FILE
     first = gate(tmp_path, "live.rsvps")
-    second = StartGate(gate_path(tmp_path), limit_s=30.0, holder="live.ads", waiting_file=waiting_file)
+    second = StartGate(gate_path(tmp_path), limit_s=30.0, holder="live.ads", status_file=status_file)
     assert first.wait(1.0) and not second.wait(0.2)
-    record = read_waiting(waiting_file)
+    record = read_status(status_file)
     assert record["pid"] == os.getpid() and record["behind"].startswith("live.rsvps (pid")
-    assert record["since_unix"] <= time.time()
+    assert record["since_unix"] <= time.time() and "passed_unix" not in record
     first.release("started")
-    assert second.wait(1.0) and not waiting_file.exists()
+    assert second.wait(1.0)
+    passed = read_status(status_file)
+    assert passed["pid"] == os.getpid() and passed["passed_unix"] >= record["since_unix"] and "behind" not in passed
     second.release("started")
 
 
@@ -168,10 +170,10 @@ def test_a_job_starts_its_queries_once_the_gate_is_free_and_holds_it_until_they_
     try:
         time.sleep(1.5)
         assert started == []  # another job is starting
-        assert read_waiting(job.layout.progress_dir() / WAITING_FILE)["behind"].startswith("live.pageviews")
+        assert read_status(job.layout.progress_dir() / STATUS_FILE)["behind"].startswith("live.pageviews")
         other.release("started")
         wait_until(lambda: len(started) == len(job.tiers), "every query started once the gate was free")
-        assert not (job.layout.progress_dir() / WAITING_FILE).exists()
+        assert "passed_unix" in read_status(job.layout.progress_dir() / STATUS_FILE)
         third = gate(tmp_path, "live.ads")
         assert not third.wait(1.5)  # the job holds the gate while its queries start
         for query in started:
@@ -223,35 +225,48 @@ def test_zero_turns_the_gate_off(tmp_path):
 # ---- what the supervisor makes of a job waiting at the gate ------------------------------------------
 
 
-def test_the_supervisor_takes_a_job_waiting_at_the_gate_for_starting_past_its_start_up_time(tmp_path):
-    control = StreamControl(Settings(state_dir=str(tmp_path), stream_startup_seconds=60), "rsvps")
-    launched = time.time() - 61  # past its start-up time, holding no checkpoint
-    write_json(control.dir / "driver.json", {"pid": os.getpid(), "launched_unix": launched, "log_offset": 0})
-    assert control.health().state == DEAD
-    waiting_file = control.layout.progress_dir() / WAITING_FILE
-    waiting = StartGate(gate_path(tmp_path), limit_s=30.0, holder="live.rsvps", waiting_file=waiting_file)
-    ahead = gate(tmp_path, "live.ads")
-    assert ahead.wait(1.0) and not waiting.wait(0.1)
-    health = control.health()
-    assert health.state == STARTING and health.detail.startswith("waiting at the start gate for live.ads (pid")
-    ahead.release("started")
-    assert waiting.wait(1.0)
-    assert control.health().state == DEAD  # took the gate: now it must claim its checkpoints like any start
-    waiting.release("started")
+def test_the_supervisor_shows_a_job_waiting_at_the_gate_as_starting_and_due_heartbeats_from_its_passage(tmp_path):
+    settings = Settings(state_dir=str(tmp_path), stream_stall_seconds=1.0)
+    control = StreamControl(settings, "rsvps")
+    job = PipelineStreams(settings, RSVPS)
+    for tier in job.tiers:  # what its preflight does before the gate: the checkpoints' leases
+        job._claim(tier)
+    try:
+        ahead = gate(tmp_path, "live.ads")
+        waiting = job.start_gate()
+        assert ahead.wait(1.0) and waiting is not None and not waiting.wait(0.1)
+        time.sleep(1.2)  # longer than the stall time, without a heartbeat
+        health = control.health()
+        assert health.state == STARTING, health
+        assert health.detail.startswith("waiting at the start gate for live.ads (pid") and health.pid == os.getpid()
+        ahead.release("started")
+        assert waiting.wait(1.0) and waiting.held
+        assert control.health().state == RUNNING  # heartbeats are due from the passage
+        time.sleep(1.2)
+        stalled = control.health()  # and then they are
+        assert stalled.state == STALLED and "no heartbeat" in stalled.detail
+        waiting.release("started")
+    finally:
+        job.close()
 
 
-def test_a_waiting_record_of_an_ended_job_or_an_earlier_launch_is_not_believed(tmp_path):
-    control = StreamControl(Settings(state_dir=str(tmp_path), stream_startup_seconds=60), "rsvps")
-    launched = time.time() - 61
-    write_json(control.dir / "driver.json", {"pid": os.getpid(), "launched_unix": launched, "log_offset": 0})
-    waiting_file = control.layout.progress_dir() / WAITING_FILE
-    waiting_file.parent.mkdir(parents=True)
-    host = socket.gethostname()
-    for record in (
-        {"pid": 2**22 + 1, "host": host, "behind": "live.ads", "since_unix": launched + 5},  # ended
-        {"pid": os.getpid(), "host": host, "behind": "live.ads", "since_unix": launched - 5},  # an earlier launch
-        {"pid": os.getpid(), "host": "another-host", "behind": "live.ads", "since_unix": launched + 5},
-        {"pid": 0, "host": host, "behind": "live.ads", "since_unix": launched + 5},
-    ):
-        waiting_file.write_text(json.dumps(record))
-        assert control.health().state == DEAD, record
+def test_a_gate_record_of_another_driver_is_not_believed(tmp_path):
+    settings = Settings(state_dir=str(tmp_path), stream_stall_seconds=1.0)
+    control = StreamControl(settings, "rsvps")
+    job = PipelineStreams(settings, RSVPS)
+    claimed = time.time()
+    for tier in job.tiers:
+        job._claim(tier)
+    try:
+        status = job.layout.progress_dir() / STATUS_FILE
+        status.parent.mkdir(parents=True, exist_ok=True)
+        time.sleep(1.2)
+        host = socket.gethostname()
+        for record in (
+            {"pid": 2**22 + 1, "host": host, "behind": "live.ads", "since_unix": claimed + 1},  # another driver
+            {"pid": os.getpid(), "host": host, "behind": "live.ads", "since_unix": claimed - 60},  # before the claim
+        ):
+            status.write_text(json.dumps(record))
+            assert control.health().state == STALLED, record
+    finally:
+        job.close()

@@ -27,9 +27,9 @@ Per pipeline and namespace, ``<state_dir>/streams/<namespace>/<pipeline>/`` hold
 
 Health comes from the heartbeat files the driver's StreamingQueryListener writes
 (:mod:`tidewater.streaming.progress`): last batch time, input rate, lag per partition, state rows.
-A launched driver is ``starting`` until it holds its checkpoints, for ``stream_startup_seconds``,
-or for as long as it waits at the host's start gate behind another job's start
-(:mod:`tidewater.streaming.start_gate`).
+A launched driver is ``starting`` until it holds its checkpoints (for ``stream_startup_seconds`` at
+most), and for as long as it waits at the host's start gate behind another job's start
+(:mod:`tidewater.streaming.start_gate`); its heartbeats are due from its passage.
 
 **Crash loops are bounded.** A stream that dies (or stalls) on every start, without committing a
 batch in between, is restarted at most ``stream_max_restarts`` times within
@@ -62,7 +62,7 @@ from tidewater.pipelines.layout import PipelineLayout
 from tidewater.processes import alive, group_members, signal_group
 from tidewater.streaming.checkpoint import lease_holder
 from tidewater.streaming.progress import read_json_lines_tail, read_progress
-from tidewater.streaming.start_gate import WAITING_FILE, read_waiting
+from tidewater.streaming.start_gate import STATUS_FILE, read_status
 from tidewater.streaming.stop_request import clear_request, read_request, write_request
 
 RUNNING, STARTING, STALLED, DEAD, STOPPED, FAILED = "running", "starting", "stalled", "dead", "stopped", "failed"
@@ -351,6 +351,14 @@ class StreamControl:
         if holders:
             pid = max(holders)
             started = min(held[1] for held in leases.values() if held is not None)
+            # A driver claims its checkpoints, then may wait at the host's start gate for another job's
+            # start (tidewater.streaming.start_gate): starting meanwhile, its heartbeats due from its passage.
+            gate = read_status(self.layout.progress_dir() / STATUS_FILE)
+            if gate.get("pid") in holders and float(gate.get("passed_unix") or gate.get("since_unix") or 0) >= started:
+                if "passed_unix" not in gate:
+                    waited = now - float(gate["since_unix"])
+                    return make(STARTING, pid, f"waiting at the start gate for {gate.get('behind')} ({waited:.0f} s)")
+                started = max(started, float(gate["passed_unix"]))
             missing = [q for q, held in leases.items() if held is None]
             ages = {}
             for query in self.queries:
@@ -374,19 +382,6 @@ class StreamControl:
         ):
             where = "" if launched_here else f" on {driver.get('host')}"
             return make(STARTING, int(pid), f"launched{where}, not yet holding its checkpoints")
-        # Past its start-up time but waiting for another job's start (tidewater.streaming.start_gate).
-        waiting = read_waiting(self.layout.progress_dir() / WAITING_FILE)
-        if (
-            pid
-            and launched_here
-            and alive(int(pid))
-            and waiting.get("host") == socket.gethostname()
-            and int(waiting.get("pid", 0)) > 0
-            and alive(int(waiting["pid"]))
-            and float(waiting.get("since_unix", 0)) >= float(driver.get("launched_unix", 0))
-        ):
-            waited = now - float(waiting["since_unix"])
-            return make(STARTING, int(pid), f"waiting at the start gate for {waiting.get('behind')} ({waited:.0f} s)")
         if desired == STOPPED:
             return make(STOPPED, None, "stopped on request" if driver else "never started")
         failed = driver.get("failed")

@@ -46,7 +46,7 @@ from tidewater.spark import GOLD_POOL, SOURCES_POOL
 from tidewater.streaming.checkpoint import Checkpoint, claim, state_layout_hint
 from tidewater.streaming.progress import ProgressRecorder
 from tidewater.streaming.retention import RetentionWatch
-from tidewater.streaming.start_gate import WAITING_FILE, StartGate, gate_path
+from tidewater.streaming.start_gate import STATUS_FILE, StartGate, gate_path
 from tidewater.streaming.startup_workers import READ_PLANNING, STARTUP_WORKER_MODULES, ReadSources, StartupWorkers
 from tidewater.streaming.stop_request import StopRequest, StopRequestWatch
 from tidewater.streaming.writers import BronzeSilverWriter, GoldWriter, SilverWriter
@@ -364,8 +364,8 @@ class PipelineStreams:
         if limit <= 0:
             return None
         holder = f"{self.layout.namespace}.{self.pipeline.name}"
-        waiting = self.layout.progress_dir() / WAITING_FILE
-        return StartGate(gate_path(self.settings.state_dir), limit_s=limit, holder=holder, waiting_file=waiting)
+        status = self.layout.progress_dir() / STATUS_FILE
+        return StartGate(gate_path(self.settings.state_dir), limit_s=limit, holder=holder, status_file=status)
 
     def _started_up(self) -> bool:
         """This job's start is over for the start gate: every query has run a trigger and every query

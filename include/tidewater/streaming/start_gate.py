@@ -16,15 +16,16 @@ The kernel drops an ``flock`` with its process, so a killed job does not keep it
 A waiting job waits as long as the jobs ahead of it keep passing the gate on, since each holds it at
 most ``limit_s``. Only a holder that keeps it past twice that (its own loop stuck) is skipped: the
 waiting job then starts without the gate. Waiting jobs do not give up together at a fixed time,
-which would start them all at once, the very thing the gate is for. While it waits, a job says so in
-:data:`WAITING_FILE` beside its progress files, so the supervisor takes it for starting, not for a
-driver that failed to claim its checkpoints (:meth:`tidewater.orchestration.supervisor.StreamControl.health`).
+which would start them all at once, the very thing the gate is for. A job has claimed its checkpoints
+before it waits (its preflight), so it writes :data:`STATUS_FILE` beside its progress files: while it
+waits, whom it waits for; once past the gate, when. The supervisor then shows it as starting rather
+than as a stream without heartbeats, and counts its heartbeats from its passage
+(:meth:`tidewater.orchestration.supervisor.StreamControl.health`).
 Only long-running jobs take the gate (:meth:`tidewater.streaming.runner.PipelineStreams.run_forever`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import json
 import os
@@ -36,15 +37,16 @@ from typing import IO, Any
 from tidewater.lake.locks import stamp, try_flock
 
 GATE_FILE = "stream-start.lock"
-WAITING_FILE = "waiting-at-start-gate.json"  # in the job's progress folder, while it waits
+STATUS_FILE = "start-gate.json"  # in the job's progress folder: waiting (behind whom) or passed (when)
 
 
 def gate_path(state_dir: str | Path) -> Path:
     return Path(state_dir).absolute() / GATE_FILE
 
 
-def read_waiting(path: Path) -> dict[str, Any]:
-    """What a waiting job wrote (pid, host, behind, since_unix), or {} when none waits there."""
+def read_status(path: Path) -> dict[str, Any]:
+    """What the job wrote of its passage: ``pid``, ``host`` and, while it waits, ``behind`` and
+    ``since_unix``; once past the gate, ``passed_unix``. {} when nothing is there."""
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
@@ -53,13 +55,14 @@ def read_waiting(path: Path) -> dict[str, Any]:
 
 class StartGate:
     """The host's start gate for one job (see the module's docstring). ``holder`` names the job in
-    the gate file, so a waiting job can say whom it waits for; ``waiting_file`` is where it says so."""
+    the gate file, so a waiting job can say whom it waits for; ``status_file`` is where it says that,
+    and when it passed."""
 
-    def __init__(self, path: Path, *, limit_s: float, holder: str, waiting_file: Path | None = None) -> None:
+    def __init__(self, path: Path, *, limit_s: float, holder: str, status_file: Path | None = None) -> None:
         self.path = path
         self.limit_s = limit_s
         self.holder = holder
-        self.waiting_file = waiting_file
+        self.status_file = status_file
         self.bypassed = False  # skipped a holder stuck past twice the limit
         self._handle: IO[str] | None = None
         self._waiting_since: float | None = None
@@ -92,7 +95,7 @@ class StartGate:
                 if self._ahead is not None:  # it said it waits: say when that ended
                     waited = now - self._waiting_since
                     print(f"tidewater: starting the queries after {waited:.1f} s at the start gate", flush=True)
-                self._forget_waiting()
+                self._write_status(passed_unix=time.time())
                 return True
             ahead = ahead or "another job"
             if ahead != self._ahead:
@@ -102,11 +105,11 @@ class StartGate:
                     f"holds it at most {self.limit_s:.0f} s)",
                     flush=True,
                 )
-                self._say_waiting(ahead)
+                self._write_status(behind=ahead, since_unix=time.time())
             if now - self._ahead_since >= 2 * self.limit_s:
                 handle.close()
                 self.bypassed = True
-                self._forget_waiting()
+                self._write_status(passed_unix=time.time())
                 print(
                     f"tidewater: {ahead} has held the start gate for {now - self._ahead_since:.0f} s, more than "
                     f"twice its {self.limit_s:.0f} s; starting the queries without it",
@@ -123,8 +126,7 @@ class StartGate:
         return self._taken_at is not None and time.monotonic() - self._taken_at >= self.limit_s
 
     def release(self, why: str) -> None:
-        """Pass the gate on (if held) and stop saying that the job waits."""
-        self._forget_waiting()
+        """Pass the gate on, if held."""
         if self._handle is None:
             return
         held = time.monotonic() - (self._taken_at or time.monotonic())
@@ -134,15 +136,10 @@ class StartGate:
         self._handle.close()
         self._handle = None
 
-    def _say_waiting(self, ahead: str) -> None:
-        if self.waiting_file is not None:
-            self.waiting_file.parent.mkdir(parents=True, exist_ok=True)
-            record = {"pid": os.getpid(), "host": socket.gethostname(), "behind": ahead, "since_unix": time.time()}
-            partial = self.waiting_file.with_suffix(".tmp")
+    def _write_status(self, **fields: Any) -> None:
+        if self.status_file is not None:
+            self.status_file.parent.mkdir(parents=True, exist_ok=True)
+            record = {"pid": os.getpid(), "host": socket.gethostname(), **fields}
+            partial = self.status_file.with_suffix(".tmp")
             partial.write_text(json.dumps(record))
-            partial.replace(self.waiting_file)
-
-    def _forget_waiting(self) -> None:
-        if self.waiting_file is not None:
-            with contextlib.suppress(FileNotFoundError):
-                self.waiting_file.unlink()
+            partial.replace(self.status_file)
