@@ -361,9 +361,10 @@ class Settings:
     stream_stall_seconds: float = setting(300.0, Range(gt=0, le=7 * 86_400))
     # A launched driver may take this long to claim its checkpoint.
     stream_startup_seconds: float = setting(240.0, Range(gt=0, le=86_400))
-    # Streaming jobs start their queries one at a time on a host (tidewater.streaming.start_gate): a job
-    # holds the gate at most this long; one waiting skips a holder stuck past twice it. 0: no gate.
-    stream_start_gate_seconds: float = setting(120.0, Range(ge=0, le=86_400))
+    # > 0: streaming jobs start their queries one at a time on a host (tidewater.streaming.start_gate); a
+    # job holds the gate at most this long, one waiting skips a holder stuck past twice it. Off (0) by
+    # default: on the platform's slow-day start a job alone still missed Spark's connect-back window.
+    stream_start_gate_seconds: float = setting(0.0, Range(ge=0, le=86_400))
     stream_stop_timeout_seconds: float = setting(60.0, Range(ge=0, le=86_400))  # graceful stop, then SIGKILL
     # Restarts of a stream dying on every start without a batch; then failed.
     stream_max_restarts: int = setting(3, Range(ge=0, le=1000))

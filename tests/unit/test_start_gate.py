@@ -131,7 +131,8 @@ class Query:
 
 
 def stand_in_job(tmp_path: Path, **settings: Any) -> tuple[PipelineStreams, list[Query]]:
-    job = PipelineStreams(Settings(state_dir=str(tmp_path), release_startup_workers=False, **settings), RSVPS)
+    settings = {"release_startup_workers": False, "stream_start_gate_seconds": 120.0, **settings}
+    job = PipelineStreams(Settings(state_dir=str(tmp_path), **settings), RSVPS)
     started: list[Query] = []
 
     def start(tier: Tier, trigger: dict[str, Any]) -> Any:
@@ -217,16 +218,20 @@ def test_a_stop_while_waiting_at_the_gate_starts_nothing_and_frees_nothing_it_di
     other.release("started")
 
 
-def test_zero_turns_the_gate_off(tmp_path):
+def test_the_gate_is_off_unless_a_limit_is_set(tmp_path):
+    assert PipelineStreams(Settings(state_dir=str(tmp_path)), RSVPS).start_gate() is None  # the default
     job, _ = stand_in_job(tmp_path, stream_start_gate_seconds=0.0)
     assert job.start_gate() is None
+    job, _ = stand_in_job(tmp_path, stream_start_gate_seconds=30.0)
+    gate = job.start_gate()
+    assert gate is not None and gate.limit_s == 30.0 and gate.path == tmp_path / "stream-start.lock"
 
 
 # ---- what the supervisor makes of a job waiting at the gate ------------------------------------------
 
 
 def test_the_supervisor_shows_a_job_waiting_at_the_gate_as_starting_and_due_heartbeats_from_its_passage(tmp_path):
-    settings = Settings(state_dir=str(tmp_path), stream_stall_seconds=1.0)
+    settings = Settings(state_dir=str(tmp_path), stream_stall_seconds=1.0, stream_start_gate_seconds=120.0)
     control = StreamControl(settings, "rsvps")
     job = PipelineStreams(settings, RSVPS)
     for tier in job.tiers:  # what its preflight does before the gate: the checkpoints' leases

@@ -21,7 +21,10 @@ before it waits (its preflight), so it writes :data:`STATUS_FILE` beside its pro
 waits, whom it waits for; once past the gate, when. The supervisor then shows it as starting rather
 than as a stream without heartbeats, and counts its heartbeats from its passage
 (:meth:`tidewater.orchestration.supervisor.StreamControl.health`).
-Only long-running jobs take the gate (:meth:`tidewater.streaming.runner.PipelineStreams.run_forever`).
+Only long-running jobs take the gate (:meth:`tidewater.streaming.runner.PipelineStreams.run_forever`),
+and only with ``TIDEWATER_STREAM_START_GATE_SECONDS`` above 0. It is off by default: on a slow day
+the platform did not start any better with it (five pipelines, each job alone at the gate still had
+its queries miss the window 2-25 times; Airflow and the generator kept the host busy).
 """
 
 from __future__ import annotations
