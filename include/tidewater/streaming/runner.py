@@ -384,11 +384,13 @@ class PipelineStreams:
         """Once a second: note which queries have read rows from each of their sources (their reads
         are planned, the last start-up work), give back the start-up workers no query needs any more,
         and pass the start gate on once this job's start is over (:meth:`_started_up`)."""
-        for name, sources in list(self._unplanned.items()):
-            query = self.queries.get(name)
-            # lastProgress: one record per look (recentProgress costs a py4j call per record)
-            if query is None or (query.isActive and sources.add(query.lastProgress)):
-                del self._unplanned[name]
+        # Only while something waits on it: a query over a quiet source may read nothing for hours.
+        if (self._startup_workers is not None and self._startup_pending) or (gate is not None and gate.held):
+            for name, sources in list(self._unplanned.items()):
+                query = self.queries.get(name)
+                # lastProgress: one record per look (recentProgress costs a py4j call per record)
+                if query is None or (query.isActive and sources.add(query.lastProgress)):
+                    del self._unplanned[name]
         self._give_back_startup_workers()
         if gate is not None and gate.held:
             if self._started_up():
