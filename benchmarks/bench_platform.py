@@ -71,7 +71,7 @@ def setting_env(pairs: list[str]) -> dict[str, str]:
     return env
 
 
-def worker_timeouts(log_path: Path) -> int:
+def connect_back_restarts(log_path: Path) -> int:
     """How often the job restarted a query whose Python worker missed the connect-back window (its log)."""
     return log_path.read_text(errors="replace").count(WORKER_RESTART) if log_path.exists() else 0
 
@@ -180,7 +180,7 @@ def main() -> None:
         f"total RSS over {args.seconds:.0f} s at {args.rate:g} ev/s: peak {max(totals) / mib:.0f} MiB, "
         f"mean {statistics.mean(totals) / mib:.0f} MiB; while starting: peak {max(starting_totals) / mib:.0f} MiB"
     )
-    misses = {name: worker_timeouts(control.log_path) for name, control in controls.items()}
+    misses = {name: connect_back_restarts(control.log_path) for name, control in controls.items()}
     print(
         "queries restarted after a missed connect-back: "
         + ", ".join(f"{name} {count}" for name, count in misses.items())

@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from bench_platform import setting_env, worker_timeouts
+from bench_platform import connect_back_restarts, setting_env
 
 from tidewater.config import Settings
 
@@ -29,11 +29,11 @@ def test_a_setting_without_a_name_or_value_is_one_line(bad):
 
 def test_restarts_after_a_missed_connect_back_are_counted_from_the_jobs_log(tmp_path):
     log = tmp_path / "stream.log"
-    assert worker_timeouts(log) == 0  # no log yet
+    assert connect_back_restarts(log) == 0  # no log yet
     log.write_text(
         "WARNING live.ads.gold_ctr: PythonException: Python worker failed to connect back; "
         "restarting the query from its checkpoint (1 of 5)\n"
         "ERROR ... Python worker failed to connect back.\n"  # Spark's own lines are not restarts
         "WARNING live.ads.bronze_clicks: ...; restarting the query from its checkpoint (1 of 5)\n"
     )
-    assert worker_timeouts(log) == 2
+    assert connect_back_restarts(log) == 2

@@ -28,6 +28,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "tidewater.faults",
             "tidewater.phase_clock",
             "tidewater.strict_json",
+            "tidewater.json_files",
             "tidewater.dedup",
             "tidewater.scd2",
             "tidewater.postgres",

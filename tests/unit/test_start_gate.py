@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from tidewater.config import Settings
+from tidewater.json_files import read_json
 from tidewater.orchestration.supervisor import RUNNING, STALLED, STARTING, StreamControl
 from tidewater.pipelines import get_pipeline
 from tidewater.streaming.runner import PipelineStreams, Tier
-from tidewater.streaming.start_gate import STATUS_FILE, StartGate, gate_path, read_status
+from tidewater.streaming.start_gate import STATUS_FILE, StartGate, gate_path
 from tidewater.streaming.startup_workers import ReadSources
 
 
@@ -72,12 +73,12 @@ def test_a_job_records_whom_it_waits_for_and_when_it_passed(tmp_path):
     first = gate(tmp_path, "live.rsvps")
     second = StartGate(gate_path(tmp_path), limit_s=30.0, holder="live.ads", status_file=status_file)
     assert first.wait(1.0) and not second.wait(0.2)
-    record = read_status(status_file)
+    record = read_json(status_file)
     assert record["pid"] == os.getpid() and record["behind"].startswith("live.rsvps (pid")
     assert record["since_unix"] <= time.time() and "passed_unix" not in record
     first.release("started")
     assert second.wait(1.0)
-    passed = read_status(status_file)
+    passed = read_json(status_file)
     assert passed["pid"] == os.getpid() and passed["passed_unix"] >= record["since_unix"] and "behind" not in passed
     second.release("started")
 
@@ -162,19 +163,28 @@ def run(job: PipelineStreams, stop: threading.Event) -> threading.Thread:
     return thread
 
 
-def test_a_job_starts_its_queries_once_the_gate_is_free_and_holds_it_until_they_run(tmp_path):
-    other = gate(tmp_path, "live.pageviews")
-    assert other.wait(1.0)
+RunningJob = tuple[StartGate, PipelineStreams, list[Query], threading.Event, threading.Thread]
+
+
+def job_behind(tmp_path: Path, holder: str) -> RunningJob:
+    """A job run while ``holder`` holds the gate: the holder's gate, the job, its started queries, its
+    stop event and its thread."""
+    ahead = gate(tmp_path, holder)
+    assert ahead.wait(1.0)
     job, started = stand_in_job(tmp_path)
     stop = threading.Event()
-    thread = run(job, stop)
+    return ahead, job, started, stop, run(job, stop)
+
+
+def test_a_job_starts_its_queries_once_the_gate_is_free_and_holds_it_until_they_run(tmp_path):
+    other, job, started, stop, thread = job_behind(tmp_path, "live.pageviews")
     try:
         time.sleep(1.5)
         assert started == []  # another job is starting
-        assert read_status(job.layout.progress_dir() / STATUS_FILE)["behind"].startswith("live.pageviews")
+        assert read_json(job.layout.progress_dir() / STATUS_FILE)["behind"].startswith("live.pageviews")
         other.release("started")
         wait_until(lambda: len(started) == len(job.tiers), "every query started once the gate was free")
-        assert "passed_unix" in read_status(job.layout.progress_dir() / STATUS_FILE)
+        assert "passed_unix" in read_json(job.layout.progress_dir() / STATUS_FILE)
         third = gate(tmp_path, "live.ads")
         assert not third.wait(1.5)  # the job holds the gate while its queries start
         for query in started:
@@ -205,11 +215,7 @@ def test_a_job_holds_the_gate_at_most_the_limit_when_a_source_stays_quiet(tmp_pa
 
 
 def test_a_stop_while_waiting_at_the_gate_starts_nothing_and_frees_nothing_it_did_not_hold(tmp_path):
-    other = gate(tmp_path, "live.pageviews")
-    assert other.wait(1.0)
-    job, started = stand_in_job(tmp_path)
-    stop = threading.Event()
-    thread = run(job, stop)
+    other, _, started, stop, thread = job_behind(tmp_path, "live.pageviews")
     time.sleep(1.2)
     stop.set()
     thread.join(10)

@@ -25,8 +25,8 @@ from typing import IO, TYPE_CHECKING, Any
 
 from tidewater.config import Settings
 from tidewater.errors import ConfigError, TidewaterError, one_line
+from tidewater.json_files import read_json, write_json
 from tidewater.lake.locks import try_flock
-from tidewater.orchestration.supervisor import read_json, write_json
 from tidewater.processes import alive as _alive
 
 if TYPE_CHECKING:

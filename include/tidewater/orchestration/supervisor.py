@@ -57,12 +57,13 @@ from typing import Any
 
 from tidewater.config import Settings
 from tidewater.errors import ConfigError, TidewaterError
+from tidewater.json_files import read_json, write_json
 from tidewater.pipelines import get_pipeline
 from tidewater.pipelines.layout import PipelineLayout
 from tidewater.processes import alive, group_members, signal_group
 from tidewater.streaming.checkpoint import lease_holder
 from tidewater.streaming.progress import read_json_lines_tail, read_progress
-from tidewater.streaming.start_gate import STATUS_FILE, read_status
+from tidewater.streaming.start_gate import STATUS_FILE
 from tidewater.streaming.stop_request import clear_request, read_request, write_request
 
 RUNNING, STARTING, STALLED, DEAD, STOPPED, FAILED = "running", "starting", "stalled", "dead", "stopped", "failed"
@@ -353,7 +354,7 @@ class StreamControl:
             started = min(held[1] for held in leases.values() if held is not None)
             # A driver claims its checkpoints, then may wait at the host's start gate for another job's
             # start (tidewater.streaming.start_gate): starting meanwhile, its heartbeats due from its passage.
-            gate = read_status(self.layout.progress_dir() / STATUS_FILE)
+            gate = read_json(self.layout.progress_dir() / STATUS_FILE)
             if gate.get("pid") in holders and float(gate.get("passed_unix") or gate.get("since_unix") or 0) >= started:
                 if "passed_unix" not in gate:
                     waited = now - float(gate["since_unix"])
@@ -676,23 +677,6 @@ def _pgid(pid: int) -> int | None:
 def _kill(pid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, sig)
-
-
-def read_json(path: Path) -> dict[str, Any]:
-    """A JSON object file, or {} when missing or unreadable."""
-    try:
-        value = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-def write_json(path: Path, value: dict[str, Any]) -> None:
-    """Replace a JSON file atomically (readers never see half of it)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(value, indent=2, default=str))
-    tmp.replace(path)
 
 
 def _now() -> str:

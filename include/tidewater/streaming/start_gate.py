@@ -30,30 +30,23 @@ its queries miss the window 2-25 times; Airflow and the generator kept the host 
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import socket
 import time
 from pathlib import Path
 from typing import IO, Any
 
+from tidewater.json_files import write_json
 from tidewater.lake.locks import stamp, try_flock
 
 GATE_FILE = "stream-start.lock"
-STATUS_FILE = "start-gate.json"  # in the job's progress folder: waiting (behind whom) or passed (when)
+# In the job's progress folder: ``pid``, ``host`` and, while it waits, ``behind`` and ``since_unix``;
+# once past the gate, ``passed_unix`` (tidewater.json_files.read_json reads it).
+STATUS_FILE = "start-gate.json"
 
 
 def gate_path(state_dir: str | Path) -> Path:
     return Path(state_dir).absolute() / GATE_FILE
-
-
-def read_status(path: Path) -> dict[str, Any]:
-    """What the job wrote of its passage: ``pid``, ``host`` and, while it waits, ``behind`` and
-    ``since_unix``; once past the gate, ``passed_unix``. {} when nothing is there."""
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
 
 
 class StartGate:
@@ -141,8 +134,4 @@ class StartGate:
 
     def _write_status(self, **fields: Any) -> None:
         if self.status_file is not None:
-            self.status_file.parent.mkdir(parents=True, exist_ok=True)
-            record = {"pid": os.getpid(), "host": socket.gethostname(), **fields}
-            partial = self.status_file.with_suffix(".tmp")
-            partial.write_text(json.dumps(record))
-            partial.replace(self.status_file)
+            write_json(self.status_file, {"pid": os.getpid(), "host": socket.gethostname(), **fields})
