@@ -178,7 +178,8 @@ def main() -> None:
         print(f"  {part:<24} peak {max(values) / mib:7.0f} MiB  mean {statistics.mean(values) / mib:7.0f} MiB")
     print(
         f"total RSS over {args.seconds:.0f} s at {args.rate:g} ev/s: peak {max(totals) / mib:.0f} MiB, "
-        f"mean {statistics.mean(totals) / mib:.0f} MiB; while starting: peak {max(starting_totals) / mib:.0f} MiB"
+        f"mean {statistics.mean(totals) / mib:.0f} MiB; "
+        f"while starting: peak {max(starting_totals, default=0) / mib:.0f} MiB"
     )
     misses = {name: connect_back_restarts(control.log_path) for name, control in controls.items()}
     print(
