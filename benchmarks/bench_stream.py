@@ -457,7 +457,9 @@ def measure_latency(
             gold_latencies(
                 [silver[s.name] for s in pipeline.inputs(table)],
                 LakeTable(layout.table_uri(f"gold/{table.name}")),
-                gold_batch_starts(progress, f"{layout.namespace}.{pipeline.name}.gold_{table.name}"),
+                gold_batch_starts(
+                    progress, f"{layout.namespace}.{pipeline.name}.{layout.gold_query_of(table.name).name}"
+                ),
             )
         )
         for table in pipeline.gold

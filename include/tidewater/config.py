@@ -347,6 +347,10 @@ class Settings:
     # timeout (their daemons Spark keeps for good); a later query start makes Spark start them again.
     # See tidewater.streaming.startup_workers.
     release_startup_workers: bool = setting(True, Flag())
+    # True: a pipeline's gold tables emitted in append mode over the same inputs share one query, which
+    # reads each input's silver once (see tidewater.pipelines.base.Pipeline.gold_queries). False: a
+    # query per gold table. Changing it starts the gold queries it regroups from new checkpoints.
+    gold_shared_queries: bool = setting(True, Flag())
     max_offsets_per_trigger: int = setting(200_000, Range(ge=1, le=2**31 - 1))
 
     # Coordination of writers to one live table (see tidewater.lake.locks).

@@ -245,6 +245,34 @@ def watermark_safe(events: DataFrame, time_column: str, max_lead: str, *, metric
     return observed.where(~ahead)
 
 
+GOLD_TAG = "_gold"
+
+
+def tagged_union(frames: Mapping[str, DataFrame]) -> DataFrame:
+    """Several outputs of one streaming query in one DataFrame: ``_gold`` names the output a row is
+    of, and the row itself is a struct in the column of that name (null in the others). A query has
+    one sink, and outputs of different columns cannot be unioned as they are; the writer splits the
+    micro-batch by the tag (:func:`untagged`)."""
+    packed = [
+        frame.select(F.lit(name).alias(GOLD_TAG), _nullable_struct(frame).alias(name)) for name, frame in frames.items()
+    ]
+    first, *rest = packed
+    return reduce(lambda left, right: left.unionByName(right, allowMissingColumns=True), rest, first)
+
+
+def _nullable_struct(frame: DataFrame) -> Column:
+    """The frame's columns as one struct whose fields may all be null: on the other outputs' rows the
+    struct is null, which Arrow refuses under a field Spark marked non-null (a literal status)."""
+    fields = [StructField(field.name, field.dataType, True) for field in frame.schema.fields]
+    return F.struct(*frame.columns).cast(StructType(fields))
+
+
+def untagged(rows: pa.Table, name: str) -> pa.Table:
+    """The rows of output ``name`` of a :func:`tagged_union` micro-batch, as the output's own columns."""
+    mine = rows.filter(pc.equal(rows.column(GOLD_TAG), name)).column(name)
+    return pa.Table.from_struct_array(mine)
+
+
 def watermarked_union(frames: Sequence[DataFrame], *, time_column: str, watermark: str) -> DataFrame:
     """The union of several inputs' events (same columns), each watermarked on its own first.
 

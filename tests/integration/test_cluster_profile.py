@@ -429,7 +429,7 @@ def test_two_recomputes_from_two_process_trees_are_serialized_by_the_postgres_lo
     # gold query's watermark pass the 10:00 events' windows before stopping it.
     closed = dt.datetime(2026, 11, 25, 10, 10, tzinfo=dt.UTC)
     wait_for(
-        lambda: all(_last_watermark(layout, f"gold_{g.name}") >= closed for g in pipeline.gold),
+        lambda: all(_last_watermark(layout, layout.gold_query_of(g.name).name) >= closed for g in pipeline.gold),
         timeout_s=240,
         what="every gold query's watermark past the 10:00 events' windows",
     )
@@ -530,7 +530,7 @@ def test_a_rest_backfill_on_postgres_recomputes_and_audits_an_hour_like_the_stre
         g.name: [
             row
             for row in _rows(profile, layout.table_uri(f"gold/{g.name}"), ("status", "revision"))
-            if dict(row)["window_end"] <= _last_watermark(layout, f"gold_{g.name}")
+            if dict(row)["window_end"] <= _last_watermark(layout, layout.gold_query_of(g.name).name)
         ]
         for g in pipeline.gold
     }

@@ -73,8 +73,9 @@ def test_clicks_running_ahead_do_not_make_impressions_late(spark, tmp_path):
     def collect(batch: DataFrame, _batch_id: int) -> None:
         emitted.extend(row.asDict() for row in batch.collect())
 
+    gold_query = layout.gold_query_of(gold.name)
     query = (
-        gold.rows(*gold_inputs(spark, layout, gold))
+        gold_query.rows(gold_inputs(spark, layout, gold_query))
         .writeStream.outputMode(gold.output_mode)
         .foreachBatch(collect)
         .option("checkpointLocation", str(tmp_path / "checkpoint"))

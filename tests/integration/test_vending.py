@@ -145,7 +145,7 @@ def test_gold_is_the_fold_of_each_machines_events(lake):
     """Sales per location and hour, silences and the dimension: what the pure machines give, as of
     event time (each reading at the location its machine stood at then; a repeat counted once)."""
     layout, events = lake["layout"], machine_events(lake["records"])
-    sales_watermark = final_watermark_ms(layout, "gold_sales_by_location_hour")
+    sales_watermark = final_watermark_ms(layout, layout.gold_query_of("sales_by_location_hour").name)
     expected = folded(machines.SALES, events, sales_watermark)
     measures = ("sales_count", "sales_amount", "readings")
     keys = ("location", "window_start", "machine_id")
@@ -153,13 +153,13 @@ def test_gold_is_the_fold_of_each_machines_events(lake):
     assert by_key(delta_rows(layout, "gold/sales_by_location_hour"), keys, measures) == by_key(expected, keys, measures)
     assert len({r["location"] for r in expected}) > 3
 
-    silence_watermark = final_watermark_ms(layout, "gold_silent_machines")
+    silence_watermark = final_watermark_ms(layout, layout.gold_query_of("silent_machines").name)
     silences = folded(machines.SILENCE, events, silence_watermark)
     assert silences  # the generator's outages
     keys, measures = ("machine_id", "silent_since"), ("detected_at", "location", "last_reading_id")
     assert by_key(delta_rows(layout, "gold/silent_machines"), keys, measures) == by_key(silences, keys, measures)
 
-    versions_watermark = final_watermark_ms(layout, "gold_machines")
+    versions_watermark = final_watermark_ms(layout, layout.gold_query_of("machines").name)
     dimension = folded(machines.VERSIONS, events, versions_watermark)
     last = {}
     for row in dimension:  # a fold's outputs upsert: the last per version wins

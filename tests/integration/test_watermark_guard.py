@@ -59,7 +59,7 @@ def test_one_record_ahead_of_the_clock_cannot_drop_on_time_events(spark, rsvp_se
 
     layout = PipelineLayout.of(rsvp_settings, RSVPS)
     for gold in RSVPS.gold:
-        progress = json.loads((layout.progress_dir() / f"gold_{gold.name}.json").read_text())
+        progress = json.loads((layout.progress_dir() / f"{layout.gold_query_of(gold.name).name}.json").read_text())
         assert progress["rows_dropped_by_watermark_total"] == 0, (gold.name, progress)
         assert progress["rows_held_ahead_of_clock_total"] == 1, (gold.name, progress)
         assert progress["watermark"] < ahead_text.replace("Z", ""), progress["watermark"]

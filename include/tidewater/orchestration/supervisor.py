@@ -249,7 +249,7 @@ class StreamControl:
     def queries(self) -> list[str]:
         tiers = ("bronze", "silver") if self.settings.silver_query else ("bronze",)
         names = [self.pipeline.query_of(source, tier) for source in self.pipeline.sources for tier in tiers]
-        return names + [f"gold_{g.name}" for g in self.pipeline.gold]
+        return names + [query.name for query in self.layout.gold_queries]
 
     def desired(self) -> str:
         return str(read_json(self.dir / "desired.json").get("state", RUNNING))

@@ -270,6 +270,37 @@ class KeyedStateMachine(GoldTable):
         return parse_duration(self.horizon), parse_duration(self.lookahead)
 
 
+@dataclass(frozen=True)
+class GoldQuery:
+    """One streaming query of a pipeline's gold tier, and the gold tables it writes.
+
+    Each query reads the silver of each of its inputs once, whatever number of tables it feeds: a
+    source is one read planner (a Python process on the driver) and one offset log per query. The
+    tables of a shared query are computed side by side from those reads, tagged, and split again
+    where the micro-batch is written (:func:`tidewater.transforms.tagged_union`).
+    """
+
+    name: str  # "gold_<table>", or "gold_<table>__<table>..." for a shared one: its checkpoint's name
+    tables: tuple[GoldTable, ...]
+    inputs: tuple[Source, ...]  # each table's inputs, each once, in the order the tables declare them
+    table_inputs: tuple[tuple[str, ...], ...]  # the source names each table's build takes, in its order
+
+    @property
+    def shared(self) -> bool:
+        return len(self.tables) > 1
+
+    def rows(self, silvers: Mapping[str, DataFrame]) -> DataFrame:
+        """The query's output from the silver of each input (by source name): one table's gold rows,
+        or, for a shared query, every table's rows in one column of its own, tagged with its name."""
+        frames = {
+            table.name: table.rows(*(silvers[name] for name in names))
+            for table, names in zip(self.tables, self.table_inputs, strict=True)
+        }
+        if not self.shared:
+            return frames[self.tables[0].name]
+        return transforms.tagged_union(frames)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Source:
     """One Kafka topic of a pipeline and its payload contract: it gets its own bronze (the records as
@@ -478,6 +509,38 @@ class Pipeline:
     def inputs(self, gold: GoldTable) -> tuple[Source, ...]:
         """The sources whose silver feeds ``gold``, in the order its ``build`` takes them."""
         return tuple(self.source(name) for name in gold.inputs) if gold.inputs else self.sources
+
+    def gold_queries(self, *, shared: bool = True) -> tuple[GoldQuery, ...]:
+        """The streaming queries of the gold tier, in the order of the first table of each.
+
+        ``shared``: gold tables emitted in append mode over the same inputs share one query. Their
+        builds watermark an input with its source's delay (``Source.watermark``), and Spark's watermark
+        of a query is the minimum over its inputs, so such tables close their rows when they would alone. Tables
+        in update mode keep a query each (Spark refuses two aggregations of a query in update mode), and so
+        does a published table (the query's app id is its Kafka transactional id).
+        Adding a table to a shared query changes the query's name, so it starts from a new checkpoint
+        (its state rebuilt from silver; the tables' MERGEs make the re-emitted rows idempotent).
+        """
+        groups: dict[tuple[str, frozenset[str]], list[GoldTable]] = {}
+        for gold in self.gold:
+            inputs = frozenset(s.name for s in self.inputs(gold))
+            joins = shared and gold.output_mode == "append" and gold.publish is None
+            key = ("append", inputs) if joins else (gold.name, frozenset())
+            groups.setdefault(key, []).append(gold)
+        queries = []
+        for tables in groups.values():
+            names = dict.fromkeys(source.name for table in tables for source in self.inputs(table))
+            name = "gold_" + "__".join(table.name for table in tables)
+            table_inputs = tuple(tuple(s.name for s in self.inputs(table)) for table in tables)
+            queries.append(GoldQuery(name, tuple(tables), tuple(self.source(n) for n in names), table_inputs))
+        return tuple(queries)
+
+    def gold_query_of(self, gold: str, *, shared: bool = True) -> GoldQuery:
+        """The query that writes the gold table ``gold``."""
+        for query in self.gold_queries(shared=shared):
+            if any(table.name == gold for table in query.tables):
+                return query
+        raise KeyError(f"pipeline {self.name} has no gold table {gold!r}")
 
     def source_tables(self) -> list[tuple[Source, str, str]]:
         """(source, tier, table name) of every source table."""

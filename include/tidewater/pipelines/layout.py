@@ -23,7 +23,7 @@ from tidewater.lake.locks import TableLock, WriterLock
 from tidewater.lake.pg_locks import PostgresLock
 from tidewater.lake.storage import join
 from tidewater.lake.tables import LakeTable
-from tidewater.pipelines.base import Pipeline, Source
+from tidewater.pipelines.base import GoldQuery, Pipeline, Source
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,15 @@ class PipelineLayout:
     def table_names(self) -> tuple[str, ...]:
         sources = (name for _, _, name in self.pipeline.source_tables())
         return (*sources, *(f"gold/{g.name}" for g in self.pipeline.gold))
+
+    @property
+    def gold_queries(self) -> tuple[GoldQuery, ...]:
+        """The gold tier's streaming queries as the settings group them (``TIDEWATER_GOLD_SHARED_QUERIES``)."""
+        return self.pipeline.gold_queries(shared=self.settings.gold_shared_queries)
+
+    def gold_query_of(self, gold: str) -> GoldQuery:
+        """The streaming query that writes the gold table ``gold`` (its progress, its checkpoint)."""
+        return self.pipeline.gold_query_of(gold, shared=self.settings.gold_shared_queries)
 
     def source_table(self, source: Source, tier: str) -> LakeTable:
         """One source's ``tier`` table (bronze, silver, quarantine, conflicts)."""

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import IO
 
 from tidewater.errors import CheckpointError
+from tidewater.json_files import write_json
 from tidewater.lake.locks import TableLockTimeoutError, flock_holder, stamp, try_flock
 from tidewater.lake.pg_locks import HeldLock, PostgresLock
 
@@ -194,9 +195,7 @@ def _reconcile_identity(path: Path, wanted: CheckpointIdentity) -> CheckpointIde
             f"checkpoint {path} holds Spark state ({', '.join(sorted(spark_files)[:3])}) but no {IDENTITY_FILE}: "
             "it was not created by this tidewater query; point TIDEWATER_CHECKPOINT_ROOT elsewhere"
         )
-    tmp = identity_path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(asdict(wanted), indent=2))
-    tmp.replace(identity_path)
+    write_json(identity_path, asdict(wanted))
     return wanted
 
 

@@ -25,6 +25,7 @@ from typing import Any
 from pyspark.sql.streaming import StreamingQueryListener
 
 from tidewater import phase_clock
+from tidewater.json_files import write_json
 from tidewater.streaming.retention import RetentionWatch
 
 log = logging.getLogger(__name__)
@@ -179,10 +180,7 @@ class ProgressRecorder(StreamingQueryListener):
                 name,
                 record["rows_dropped_by_watermark"],
             )
-        path = self.path_for(name)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(record, indent=2))
-        tmp.replace(path)
+        write_json(self.path_for(name), record)
         with open(self.directory / "progress.jsonl", "a") as history:
             history.write(json.dumps(record) + "\n")
 

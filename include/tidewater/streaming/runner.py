@@ -40,7 +40,7 @@ from tidewater.errors import TidewaterError, one_line
 from tidewater.generator.producer import ensure_topic
 from tidewater.lake.lock_options import lock_options
 from tidewater.lake.tables import LakeTable, check_lake_root
-from tidewater.pipelines.base import Delivery, GoldTable, Pipeline, Source
+from tidewater.pipelines.base import Delivery, GoldQuery, GoldTable, Pipeline, Source
 from tidewater.pipelines.layout import PipelineLayout
 from tidewater.spark import GOLD_POOL, SOURCES_POOL
 from tidewater.streaming.checkpoint import Checkpoint, claim, state_layout_hint
@@ -49,7 +49,7 @@ from tidewater.streaming.retention import RetentionWatch
 from tidewater.streaming.start_gate import STATUS_FILE, StartGate, gate_path
 from tidewater.streaming.startup_workers import READ_PLANNING, STARTUP_WORKER_MODULES, ReadSources, StartupWorkers
 from tidewater.streaming.stop_request import StopRequest, StopRequestWatch
-from tidewater.streaming.writers import BronzeSilverWriter, GoldWriter, SilverWriter
+from tidewater.streaming.writers import BronzeSilverWriter, GoldWriter, SharedGoldWriter, SilverWriter
 
 log = logging.getLogger(__name__)
 
@@ -70,27 +70,29 @@ class Tier:
     source: str
     target: str
     feeds: str | None = None  # the pipeline source a bronze/silver tier is of (None: a gold tier)
+    gold: GoldQuery | None = None  # what a gold tier writes (one table, or several sharing the query)
 
 
-def gold_inputs(spark: SparkSession, layout: PipelineLayout, gold: GoldTable) -> list[DataFrame]:
-    """The silver stream of each input of ``gold``, in its declared order, as ``gold.build`` takes them:
-    appends only, and watermark-safe (an event ahead of the clock cannot make on-time events late).
+def gold_inputs(spark: SparkSession, layout: PipelineLayout, query: GoldQuery) -> dict[str, DataFrame]:
+    """The silver stream of each input of the gold ``query``, by source name, as its tables' builds
+    take them: appends only, and watermark-safe (an event ahead of the clock cannot make on-time events
+    late). Each input is read once, whatever number of the query's tables it feeds.
 
     ``build`` sets the watermarks (Spark disallows a second one on a watermarked column). A build that
     combines event inputs watermarks each before combining them (:func:`tidewater.transforms.watermarked_union`).
 
-    With ``TIDEWATER_GOLD_PREFETCH`` a gold table over one silver reads each micro-batch ahead on the
+    With ``TIDEWATER_GOLD_PREFETCH`` a gold query over one silver reads each micro-batch ahead on the
     driver (the Delta source's ``prefetch``): no Python task per trigger beside the sources' (rsvps,
     2,000 events/s: silver p95 1.83-1.92 s against 1.99-2.06 s), but a drain of a backlog loses a
     quarter of its rate (18,904 against 25,581 events/s; prefetched rows go through Spark's block
     manager), so it is off by default. One over two silvers never prefetches: prefetching both
     cost ads and vending ~0.3 GB more PSS, with no latency gain beyond the runs' spread.
     """
-    inputs = layout.pipeline.inputs(gold)
+    inputs = query.inputs
     prefetch = layout.settings.gold_prefetch and len(inputs) == 1
-    return [
+    return {
         # Batch recomputes overwrite silver intervals; the stream follows appends only.
-        transforms.watermark_safe(
+        source.name: transforms.watermark_safe(
             spark.readStream.format("tidewater-delta")
             .option("skipChangeCommits", "true")
             .option("prefetch", str(prefetch).lower())
@@ -101,7 +103,7 @@ def gold_inputs(spark: SparkSession, layout: PipelineLayout, gold: GoldTable) ->
             metric=transforms.HELD_METRIC if len(inputs) == 1 else f"{transforms.HELD_METRIC}_{source.name}",
         )
         for source in inputs
-    ]
+    }
 
 
 class PipelineStreams:
@@ -146,9 +148,10 @@ class PipelineStreams:
             if self.settings.silver_query:
                 silver = uri(pipeline.table_of(source, "silver"))
                 tiers.append(Tier(pipeline.query_of(source, "silver"), bronze, silver, source.name))
-        for gold in pipeline.gold:
-            inputs = ",".join(uri(pipeline.table_of(s, "silver")) for s in pipeline.inputs(gold))
-            tiers.append(Tier(f"gold_{gold.name}", inputs, uri(f"gold/{gold.name}")))
+        for query in self.layout.gold_queries:
+            inputs = ",".join(uri(pipeline.table_of(s, "silver")) for s in query.inputs)
+            targets = ",".join(uri(f"gold/{table.name}") for table in query.tables)
+            tiers.append(Tier(query.name, inputs, targets, gold=query))
         return tiers
 
     def topic(self, source: Source) -> str:
@@ -278,24 +281,26 @@ class PipelineStreams:
         )
 
     def _gold_writer(self, tier: Tier, checkpoint: Checkpoint, name: str) -> DataStreamWriter:
-        """Silver of the table's inputs (see :func:`gold_inputs`) -> the kind's output mode -> MERGE."""
-        assert self.spark is not None
-        gold = self.pipeline.gold_table(tier.query.removeprefix("gold_"))
-        silvers = gold_inputs(self.spark, self.layout, gold)
-        return (
-            gold.rows(*silvers)
-            .writeStream.outputMode(gold.output_mode)
-            .foreachBatch(
-                GoldWriter(
-                    gold,
-                    table=LakeTable(tier.target),
-                    app_id=checkpoint.app_id,
-                    query=name,
-                    lock=self.layout.lock(f"gold/{gold.name}"),
-                    publisher=self._publisher(gold, checkpoint.app_id),
-                )
+        """Silver of the query's inputs (see :func:`gold_inputs`) -> the kind's output mode -> MERGE into
+        each table the query writes."""
+        assert self.spark is not None and tier.gold is not None
+        query = tier.gold
+        writers = [
+            GoldWriter(
+                gold,
+                table=self.layout.table(f"gold/{gold.name}"),
+                app_id=checkpoint.app_id,
+                query=name,
+                lock=self.layout.lock(f"gold/{gold.name}"),
+                publisher=self._publisher(gold, checkpoint.app_id),
             )
-        )
+            for gold in query.tables
+        ]
+        rows = query.rows(gold_inputs(self.spark, self.layout, query))
+        # the tables of a shared query are all append-mode (Pipeline.gold_queries)
+        mode = query.tables[0].output_mode
+        batch_writer = SharedGoldWriter(writers, query=name) if query.shared else writers[0]
+        return rows.writeStream.outputMode(mode).foreachBatch(batch_writer)
 
     def _publisher(self, gold: GoldTable, app_id: str) -> BatchPublisher | None:
         """The Kafka publisher of a published gold table (its topics created if missing). Its

@@ -30,6 +30,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from tidewater.json_files import write_json
+
 REQUEST_FILE = "stop-request.json"
 POLL_SECONDS = 2.0
 
@@ -62,10 +64,7 @@ def write_request(path: Path, *, by: str, reason: str, now: float | None = None)
         reason=reason,
         host=socket.gethostname(),
     )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(asdict(request), indent=2))
-    tmp.replace(path)
+    write_json(path, asdict(request))
     return request
 
 

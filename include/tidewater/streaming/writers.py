@@ -14,11 +14,12 @@ import datetime as dt
 import logging
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import DataFrame
 
-from tidewater import dedup, faults, phase_clock
+from tidewater import dedup, faults, phase_clock, transforms
 from tidewater.connectors.kafka_publish import BatchPublisher, rows_to_records
 from tidewater.errors import TidewaterError, one_line
 from tidewater.lake import writes
@@ -244,8 +245,6 @@ class BronzeSilverWriter:
             self._write(kafka_batch, batch_id)
 
     def _write(self, kafka_batch: DataFrame, batch_id: int) -> None:
-        from tidewater import transforms
-
         bronze_rows = transforms.to_bronze(kafka_batch).persist()
         try:
             with phase_clock.phase("bronze"):
@@ -339,22 +338,36 @@ class GoldWriter:
         with phase_clock.batch(self.query, batch_id):
             self._write(updates, batch_id)
 
-    def _write(self, updates: DataFrame, batch_id: int) -> None:
-        meta = {"tidewater.query": self.query, "tidewater.batch_id": batch_id}
+    def _merge_options(self, batch_id: int) -> dict[str, Any]:
         # A row the stream updates is provisional again; its correction count stays.
-        options = {"keys": self.gold.keys, "keep": ("revision",), "app_id": self.app_id, "batch_id": batch_id}
+        return {
+            "keys": self.gold.keys,
+            "keep": ("revision",),
+            "app_id": self.app_id,
+            "batch_id": batch_id,
+            "metadata": {"tidewater.query": self.query, "tidewater.batch_id": batch_id},
+        }
+
+    def _write(self, updates: DataFrame, batch_id: int) -> None:
         if self.publisher is None:
             with holding(self.lock, f"{self.query} batch {batch_id}"):
-                writes.merge(updates, self.table, metadata=meta, **options)
+                writes.merge(updates, self.table, **self._merge_options(batch_id))
             faults.after_commit(self.query, batch_id)
             return
         with phase_clock.phase("rows to driver"):  # one run of the plan: state commits once, whatever is skipped
             rows = updates.toArrow()
+        self.commit_rows(rows, batch_id)
+
+    def commit_rows(self, rows: pa.Table, batch_id: int) -> None:
+        """The batch's rows, already on the driver -> the MERGE (unless the table holds the batch), then
+        the publication, each skipped where it is already done."""
         with holding(self.lock, f"{self.query} batch {batch_id}"):
             if not self.table.already_committed(self.app_id, batch_id):
                 with phase_clock.phase("merge"):
-                    self.table.merge(rows, metadata=meta, **options)
+                    self.table.merge(rows, **self._merge_options(batch_id))
         faults.after_commit(self.query, batch_id)
+        if self.publisher is None:
+            return
         assert self.gold.publish is not None
         published = rows_to_records(rows.drop_columns(list(STATUS_COLUMNS)), key=self.gold.publish.key)
         with phase_clock.phase("publish"):
@@ -362,3 +375,35 @@ class GoldWriter:
                 batch_id, published, before_commit=lambda: faults.before_publish_commit(self.query, batch_id)
             )
         faults.after_publish(self.query, batch_id)
+
+
+class SharedGoldWriter:
+    """The micro-batch of a query that writes several gold tables (a shared query, see
+    :meth:`tidewater.pipelines.base.Pipeline.gold_queries`) -> each table's :class:`GoldWriter`.
+
+    The plan runs once (its stateful operators commit their state once), its rows come to the driver,
+    and each table takes the rows tagged with its name (:func:`tidewater.transforms.untagged`). Each
+    table's commit carries the query's ``(app_id, batch_id)`` and is skipped on its own where the table
+    holds it already, so a crash between two tables' commits heals when Spark re-runs the batch. A
+    batch every table holds (and none publishes) only runs its plan, for the state.
+    """
+
+    def __init__(self, tables: list[GoldWriter], *, query: str):
+        self.tables = tables
+        self.query = query
+
+    def __call__(self, tagged: DataFrame, batch_id: int) -> None:
+        with phase_clock.batch(self.query, batch_id):
+            self._write(tagged, batch_id)
+
+    def _write(self, tagged: DataFrame, batch_id: int) -> None:
+        done = all(t.publisher is None and t.table.already_committed(t.app_id, batch_id) for t in self.tables)
+        if done:
+            log.info("%s batch %s already committed: skipped", self.query, batch_id)
+            writes.drain(tagged)
+            return
+        with phase_clock.phase("rows to driver"):
+            rows = tagged.toArrow()
+        for table in self.tables:
+            with phase_clock.phase(table.gold.name):
+                table.commit_rows(transforms.untagged(rows, table.gold.name), batch_id)
