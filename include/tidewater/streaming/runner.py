@@ -349,7 +349,7 @@ class PipelineStreams:
             for tier in self.tiers:
                 if stop.is_set():
                     break
-                every = self.settings.gold_trigger_seconds if tier.query.startswith("gold_") else seconds
+                every = self.settings.gold_trigger_seconds if tier.gold is not None else seconds
                 self.start(tier, {"processingTime": f"{every} seconds"})
             while not stop.is_set():
                 self._raise_if_failed()
