@@ -515,11 +515,12 @@ class Pipeline:
 
         ``shared``: gold tables emitted in append mode over the same inputs share one query. Their
         builds watermark an input with its source's delay (``Source.watermark``), and Spark's watermark
-        of a query is the minimum over its inputs, so such tables close their rows when they would alone. Tables
-        in update mode keep a query each (Spark refuses two aggregations of a query in update mode), and so
-        does a published table (the query's app id is its Kafka transactional id).
-        Adding a table to a shared query changes the query's name, so it starts from a new checkpoint
-        (its state rebuilt from silver; the tables' MERGEs make the re-emitted rows idempotent).
+        of a query is the minimum over its inputs, so such tables close their rows when they would
+        alone; a table over other inputs would not (one over a quiet changelog would hold back those
+        over the readings). Tables in update mode keep a query each (Spark refuses two aggregations in
+        one update-mode query), and so does a published table (the query's app id is its Kafka
+        transactional id). Adding a table to a shared query changes the query's name, so it starts
+        from a new checkpoint (its state rebuilt from silver; the tables' MERGEs keep re-emitted rows once).
         """
         groups: dict[tuple[str, frozenset[str]], list[GoldTable]] = {}
         for gold in self.gold:
