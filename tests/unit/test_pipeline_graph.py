@@ -14,7 +14,10 @@ def test_the_description_names_each_kind_with_its_mode_and_feed():
     assert "window 1 hour; keys window_start, visitor_id; stream update" in gold["gold/views_per_visitor_hour"]
     sessions = gold["gold/visitor_sessions"]
     assert sessions.endswith("batch reads 30 min before / 30 min after the interval (widened while rows grow)")
-    assert "projection; keys view_id; stream append; batch reads 0 before / 0 after" in gold["gold/signups"]
+    signups = "projection; keys view_id; stream append (one query with visitor_sessions, pricing_conversions); "
+    assert signups + "batch reads 0 before / 0 after" in gold["gold/signups"]
+    alone = {line.split()[0]: line for line in describe(get_pipeline("pageviews"), shared_queries=False)}
+    assert "stream append; batch reads 0 before" in alone["gold/signups"]
     assert gold["gold/pricing_conversions"].split("): ", 1)[1].startswith("join within 30 minutes; keys window_start")
 
 

@@ -45,5 +45,8 @@ def cmd_pipelines(args: argparse.Namespace, settings: Settings) -> int:
 
     chosen = [pipeline_option(args.name, "name")] if args.name else list(all_pipelines(settings).values())
     for pipeline in chosen:
-        print(mermaid(pipeline) if args.format == "mermaid" else "\n".join(describe(pipeline)))
+        if args.format == "mermaid":
+            print(mermaid(pipeline))
+        else:
+            print("\n".join(describe(pipeline, shared_queries=settings.gold_shared_queries)))
     return 0

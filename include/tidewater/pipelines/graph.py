@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 
 from tidewater.pipelines.base import (
+    GoldQuery,
     GoldTable,
     KeyedStateMachine,
     Pipeline,
@@ -48,9 +49,16 @@ def _duration(value: dt.timedelta) -> str:
     return f"{seconds} s"
 
 
-def describe(pipeline: Pipeline) -> list[str]:
-    """One line per node of the graph, indented by depth."""
+def _sharing(gold: GoldTable, query: GoldQuery) -> str:
+    others = [table.name for table in query.tables if table.name != gold.name]
+    return f" (one query with {', '.join(others)})" if others else ""
+
+
+def describe(pipeline: Pipeline, *, shared_queries: bool = True) -> list[str]:
+    """One line per node of the graph, indented by depth; a gold table that shares its streaming
+    query (``TIDEWATER_GOLD_SHARED_QUERIES``) names the tables it shares it with."""
     lines = [f"{pipeline.name}: {pipeline.description}"]
+    queries = {table.name: query for query in pipeline.gold_queries(shared=shared_queries) for table in query.tables}
     for source in pipeline.sources:
         t = lambda tier, s=source: pipeline.table_of(s, tier)  # noqa: E731
         lines += [
@@ -68,7 +76,8 @@ def describe(pipeline: Pipeline) -> list[str]:
         reads = ", ".join(pipeline.table_of(s, "silver") for s in pipeline.inputs(gold))
         lines.append(
             f"      gold/{gold.name} (from {reads}): {kind_of(gold)}; keys {', '.join(gold.keys)}; "
-            f"stream {gold.output_mode}; batch reads {_duration(before)} before / {_duration(after)} after the interval"
+            f"stream {gold.output_mode}{_sharing(gold, queries[gold.name])}; "
+            f"batch reads {_duration(before)} before / {_duration(after)} after the interval"
             + (" (widened while rows grow)" if gold.grows_until_quiet else "")
             + "".join(f"; {pipeline.table_of(pipeline.source(h), 'silver')} read whole" for h in gold.history)
         )
