@@ -358,11 +358,14 @@ class GoldWriter:
             rows = updates.toArrow()
         self.commit_rows(rows, batch_id)
 
-    def commit_rows(self, rows: pa.Table, batch_id: int) -> None:
+    def commit_rows(self, rows: pa.Table, batch_id: int, *, held: bool | None = None) -> None:
         """The batch's rows, already on the driver -> the MERGE (unless the table holds the batch), then
-        the publication, each skipped where it is already done."""
+        the publication, each skipped where it is already done. ``held``: whether the table holds the
+        batch, when the caller has just looked (only this query commits under its app id); None: look."""
         with holding(self.lock, f"{self.query} batch {batch_id}"):
-            if not self.table.already_committed(self.app_id, batch_id):
+            if held is None:
+                held = self.table.already_committed(self.app_id, batch_id)
+            if not held:
                 with phase_clock.phase("merge"):
                     self.table.merge(rows, **self._merge_options(batch_id))
         faults.after_commit(self.query, batch_id)
@@ -397,13 +400,14 @@ class SharedGoldWriter:
             self._write(tagged, batch_id)
 
     def _write(self, tagged: DataFrame, batch_id: int) -> None:
-        done = all(t.publisher is None and t.table.already_committed(t.app_id, batch_id) for t in self.tables)
-        if done:
+        with phase_clock.phase("already committed?"):  # one look per table, passed on to its commit
+            held = [table.table.already_committed(table.app_id, batch_id) for table in self.tables]
+        if all(held) and all(table.publisher is None for table in self.tables):
             log.info("%s batch %s already committed: skipped", self.query, batch_id)
             writes.drain(tagged)
             return
         with phase_clock.phase("rows to driver"):
             rows = tagged.toArrow()
-        for table in self.tables:
+        for table, table_held in zip(self.tables, held, strict=True):
             with phase_clock.phase(table.gold.name):
-                table.commit_rows(transforms.untagged(rows, table.gold.name), batch_id)
+                table.commit_rows(transforms.untagged(rows, table.gold.name), batch_id, held=table_held)
