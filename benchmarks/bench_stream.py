@@ -594,6 +594,9 @@ def summarize_runs(pipeline: str, runs: list[dict[str, Any]]) -> list[str]:
     recompute = [r["recompute"] for r in runs if "recompute" in r]
     lines = [f"{pipeline} ({len(runs)} run(s); median [min-max]):"]
     lines += [f"  FAILED {failure}" for r in runs for failure in r.get("failed", [])]
+    machine = machine_line(runs)
+    if machine:
+        lines.append(machine)
     if throughput:
         lines.append(
             f"  Kafka -> silver while draining: {spread([t['events_per_s'] for t in throughput], ' events/s')}"
@@ -756,18 +759,41 @@ def render_profile(title: str, profile: dict[str, dict[str, Any]]) -> list[str]:
 # ---- the command ----------------------------------------------------------------------------------------
 
 
-def core_seconds(steps: int = 10_000_000, repeats: int = 3) -> float:
-    """Seconds one core takes for a fixed Python loop, the best of ``repeats``: machines of one kind
-    differ (this one ran the bench 2-3x slower on some days), and the figures move with it, so every
-    report carries it beside them."""
-    best = float("inf")
-    for _ in range(repeats):
+LOOP_STEPS = 10_000_000  # the machine figure: seconds for this many steps of a Python loop on one core
+
+
+def loop_seconds(samples: int = 5, steps: int = 2_000_000) -> list[float]:
+    """Seconds one core takes for :data:`LOOP_STEPS` steps of a fixed Python loop, ``samples`` times
+    (each a shorter loop, scaled). Machines of one kind differ from day to day and from minute to minute
+    (on 2026-11-28 this one took 0.70 s, then 1.7-2.4 s ten minutes later with nothing else running),
+    and the figures move with it: the bench takes these samples around every measure and reports them
+    beside its figures. A best-of-three hid that: it kept the one fast moment."""
+    seconds = []
+    for _ in range(samples):
         began = time.perf_counter()
         total = 0
         for step in range(steps):
             total += step
-        best = min(best, time.perf_counter() - began)
-    return best
+        seconds.append((time.perf_counter() - began) * LOOP_STEPS / steps)
+    return seconds
+
+
+def probe_machine(figures: dict[str, Any], when: str) -> None:
+    """Add the loop's samples, taken now (``when``: before/after which measure), to a run's figures."""
+    samples = loop_seconds()
+    figures.setdefault("loop_s", {})[when] = [round(s, 3) for s in samples]
+    print(f"    machine {when}: 10M-step loop {spread(samples, ' s', 2)}", flush=True)
+
+
+def machine_line(runs: list[dict[str, Any]]) -> str | None:
+    """The machine's speed while a pipeline's runs measured: every loop sample around them."""
+    samples = [s for r in runs for taken in (r.get("loop_s") or {}).values() for s in taken]
+    if not samples:
+        return None
+    return (
+        f"  machine around these runs: 10M-step Python loop in {spread(samples, ' s', 2)} "
+        f"({len(samples)} samples; 0.70 s on a fast moment of 2026-11-28)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -815,7 +841,7 @@ def main(argv: list[str] | None = None) -> int:
     memory_gib = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30
     machine = (
         f"{os.cpu_count()} cores, {memory_gib:.0f} GiB, {platform.platform()}; "
-        f"a 10M-step Python loop on one core in {core_seconds():.2f} s"
+        f"a 10M-step Python loop on one core in {spread(loop_seconds(), ' s', 2)} at the start"
     )
     print(f"machine: {machine}", flush=True)
     results: dict[str, Any] = {"machine": machine, "pipelines": {}}
@@ -835,6 +861,7 @@ def main(argv: list[str] | None = None) -> int:
             runs: list[dict[str, Any]] = []
             for run in range(1, args.runs + 1):
                 figures: dict[str, Any] = {}
+                probe_machine(figures, "before")
                 if not args.skip_throughput:
                     print(f"{name} run {run}: throughput, draining {args.backlog:,} events", flush=True)
                     measure = partial(measure_throughput, base, pipeline, args.backlog, run, work)
@@ -857,6 +884,7 @@ def main(argv: list[str] | None = None) -> int:
                                 flush=True,
                             )
                             print("    phases: " + ", ".join(f"{k} {v} s" for k, v in b["phases_s"].items()))
+                    probe_machine(figures, "after the drain")
                 if not args.skip_latency:
                     print(
                         f"{name} run {run}: latency, {args.rate:g} events/s for {args.warmup_seconds:g} s warm-up"
@@ -874,6 +902,7 @@ def main(argv: list[str] | None = None) -> int:
                             + f"; peak RSS {x['peak_rss_gb']:.2f} GB (PSS {x['peak_pss_gb']:.2f} GB)",
                             flush=True,
                         )
+                    probe_machine(figures, "after the latency run")
                 runs.append(figures)
             results["pipelines"][name] = runs
             print("\n".join(summarize_runs(name, runs)), flush=True)

@@ -12,9 +12,12 @@ from bench_stream import (
     MemorySampler,
     by_role,
     compiles_per_trigger,
+    loop_seconds,
+    machine_line,
     process_role,
     render_memory,
     spawning,
+    summarize_runs,
     tree_order,
 )
 
@@ -106,3 +109,21 @@ def test_the_steady_peak_counts_only_samples_after_the_start_up_workers_exited()
     sampler.observe([("JVM", 510 * mib)])
     assert (sampler.peak_pss, sampler.steady_pss) == (600 * mib, 550 * mib)
     assert sampler.peak_roles["read-planning worker"] == [1, 60.0]
+
+
+def test_the_machine_probe_scales_each_sample_to_the_reported_loop() -> None:
+    samples = loop_seconds(samples=3, steps=20_000)
+    assert len(samples) == 3
+    # 20k steps take well under a millisecond; scaled to 10M steps that is tenths of a second, not microseconds
+    assert all(0.01 < s < 60 for s in samples)
+
+
+def test_each_pipelines_summary_says_how_fast_the_machine_was_around_its_runs() -> None:
+    runs = [
+        {"loop_s": {"before": [0.7, 0.72], "after the drain": [2.1]}},
+        {"loop_s": {"before": [1.9]}, "failed": ["latency: boom"]},
+    ]
+    lines = summarize_runs("rsvps", runs)
+    assert "machine around these runs: 10M-step Python loop in 1.31 s [0.70-2.10 s] (4 samples" in lines[2]
+    assert lines[1] == "  FAILED latency: boom"
+    assert machine_line([{}]) is None
