@@ -43,6 +43,7 @@ import argparse
 import contextlib
 import datetime as dt
 import json
+import mmap
 import os
 import platform
 import shutil
@@ -626,6 +627,11 @@ def summarize_runs(pipeline: str, runs: list[dict[str, Any]]) -> list[str]:
                 f"  produced -> gold {table}: p95 {spread([x['gold_p95_s'][table] for x in latency], ' s', 2)}"
                 f" (target {TARGETS['gold_p95_s']})"
             )
+        broker = [x["broker_core_share"] * 100 for x in latency if x.get("broker_core_share") is not None]
+        if broker:
+            lines.append(
+                f"  the embedded broker over the latency run (start-up included): {spread(broker, '% of a core')}"
+            )
         compiles = [x["compiles_per_trigger"] for x in latency if x.get("compiles_per_trigger") is not None]
         if compiles:
             lines.append(f"  Spark code compiled at that rate: {spread(compiles, ' classes per trigger', 2)}")
@@ -778,22 +784,55 @@ def loop_seconds(samples: int = 5, steps: int = 2_000_000) -> list[float]:
     return seconds
 
 
+TOUCH_MIB = 256
+
+
+def touch_seconds(samples: int = 3, mib: int = TOUCH_MIB) -> list[float]:
+    """Seconds to touch ``mib`` MiB of fresh anonymous memory, a write per page, ``samples`` times: what
+    a new page costs. On a VM whose host hands out memory lazily it is ~10x a bare machine's, and a
+    streaming job faults in pages all the time (forked Python workers, Arrow buffers, a heap that
+    grows back), which the Python loop does not show: on 2026-11-28 the loop ran at its fast 0.68 s
+    while 1 GiB took 2.7 s to touch and ads ran far behind its usual latency."""
+    seconds = []
+    for _ in range(samples):
+        began = time.perf_counter()
+        with mmap.mmap(-1, mib << 20) as memory:
+            for offset in range(0, mib << 20, mmap.PAGESIZE):
+                memory[offset] = 1
+        seconds.append(time.perf_counter() - began)
+    return seconds
+
+
 def probe_machine(figures: dict[str, Any], when: str) -> None:
-    """Add the loop's samples, taken now (``when``: before/after which measure), to a run's figures."""
-    samples = loop_seconds()
-    figures.setdefault("loop_s", {})[when] = [round(s, 3) for s in samples]
-    print(f"    machine {when}: 10M-step loop {spread(samples, ' s', 2)}", flush=True)
+    """Add the machine's samples, taken now (``when``: before/after which measure), to a run's figures:
+    the Python loop (a core's speed) and the first touch of fresh memory (a page's cost)."""
+    loop, touch = loop_seconds(), touch_seconds()
+    figures.setdefault("loop_s", {})[when] = [round(s, 3) for s in loop]
+    figures.setdefault("touch_s", {})[when] = [round(s, 3) for s in touch]
+    touched = spread(touch, " s", 2)
+    print(f"    machine {when}: 10M-step loop {spread(loop, ' s', 2)}, {TOUCH_MIB} MiB touched in {touched}")
 
 
 def machine_line(runs: list[dict[str, Any]]) -> str | None:
-    """The machine's speed while a pipeline's runs measured: every loop sample around them."""
-    samples = [s for r in runs for taken in (r.get("loop_s") or {}).values() for s in taken]
-    if not samples:
+    """The machine's speed while a pipeline's runs measured: every sample taken around them."""
+    loop = [s for r in runs for taken in (r.get("loop_s") or {}).values() for s in taken]
+    touch = [s for r in runs for taken in (r.get("touch_s") or {}).values() for s in taken]
+    if not loop:
         return None
     return (
-        f"  machine around these runs: 10M-step Python loop in {spread(samples, ' s', 2)} "
-        f"({len(samples)} samples; 0.70 s on a fast moment of 2026-11-28)"
+        f"  machine around these runs: 10M-step Python loop in {spread(loop, ' s', 2)}, "
+        f"{TOUCH_MIB} MiB of fresh memory touched in {spread(touch, ' s', 2)} "
+        f"({len(loop)} + {len(touch)} samples)"
     )
+
+
+def cpu_seconds(pid: int | None) -> float | None:
+    """CPU time (user + system) process ``pid`` used so far, or None if it is not there to read."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -848,10 +887,12 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="tidewater-bench-") as tmp, contextlib.ExitStack() as stack:
         work = Path(args.work_dir or tmp)
         work.mkdir(parents=True, exist_ok=True)
+        broker_pid: int | None = None  # the embedded broker's, whose CPU the latency run reports
         if args.cluster:
             base = stack.enter_context(cluster_profile(work))
         else:
             broker = stack.enter_context(EmbeddedBroker())
+            broker_pid = broker.process.pid if broker.process else None
             base = Settings.from_env(state_dir=str(work), kafka_bootstrap_servers=broker.bootstrap_servers)
         where = f"{base.spark_master}, lake {base.lake_uri}"
         results["where"] = where
@@ -894,7 +935,11 @@ def main(argv: list[str] | None = None) -> int:
                     measure = partial(
                         measure_latency, base, pipeline, args.rate, args.latency_seconds, args.warmup_seconds, run, work
                     )
+                    began, broker_before = time.monotonic(), cpu_seconds(broker_pid)
                     x = attempt(figures, "latency", measure)
+                    broker_after = cpu_seconds(broker_pid)
+                    if x and broker_before is not None and broker_after is not None:
+                        x["broker_core_share"] = round((broker_after - broker_before) / (time.monotonic() - began), 3)
                     if x:
                         print(
                             f"    silver p50 {x['p50_s']:.2f} s p95 {x['p95_s']:.2f} s; gold p95 "

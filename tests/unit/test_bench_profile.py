@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -12,12 +13,14 @@ from bench_stream import (
     MemorySampler,
     by_role,
     compiles_per_trigger,
+    cpu_seconds,
     loop_seconds,
     machine_line,
     process_role,
     render_memory,
     spawning,
     summarize_runs,
+    touch_seconds,
     tree_order,
 )
 
@@ -120,10 +123,34 @@ def test_the_machine_probe_scales_each_sample_to_the_reported_loop() -> None:
 
 def test_each_pipelines_summary_says_how_fast_the_machine_was_around_its_runs() -> None:
     runs = [
-        {"loop_s": {"before": [0.7, 0.72], "after the drain": [2.1]}},
-        {"loop_s": {"before": [1.9]}, "failed": ["latency: boom"]},
+        {"loop_s": {"before": [0.7, 0.72], "after the drain": [2.1]}, "touch_s": {"before": [0.5]}},
+        {"loop_s": {"before": [1.9]}, "touch_s": {"before": [0.1, 0.2]}, "failed": ["latency: boom"]},
     ]
     lines = summarize_runs("rsvps", runs)
-    assert "machine around these runs: 10M-step Python loop in 1.31 s [0.70-2.10 s] (4 samples" in lines[2]
+    assert lines[2] == (
+        "  machine around these runs: 10M-step Python loop in 1.31 s [0.70-2.10 s], "
+        "256 MiB of fresh memory touched in 0.20 s [0.10-0.50 s] (4 + 3 samples)"
+    )
     assert lines[1] == "  FAILED latency: boom"
     assert machine_line([{}]) is None
+
+
+def test_the_touch_probe_times_each_pass_over_fresh_memory() -> None:
+    samples = touch_seconds(samples=2, mib=4)
+    assert len(samples) == 2 and all(0 < s < 30 for s in samples)
+
+
+def test_the_latency_summary_reports_the_brokers_share_of_a_core() -> None:
+    latency = {
+        "achieved_rate": 300.0,
+        "p50_s": 1.0,
+        "p95_s": 2.0,
+        "gold_p95_s": {},
+        "peak_rss_gb": 1.0,
+        "peak_pss_gb": 0.8,
+        "executor_peak_rss_gb": 0.0,
+    }
+    runs = [{"latency": {**latency, "broker_core_share": share}} for share in (0.10, 0.25, 0.40)]
+    lines = summarize_runs("ads", runs)
+    assert "  the embedded broker over the latency run (start-up included): 25% of a core [10-40% of a core]" in lines
+    assert cpu_seconds(os.getpid()) is not None and cpu_seconds(None) is None
