@@ -162,20 +162,27 @@ def _argv(pid: int) -> list[str]:
         return []
 
 
-def session_pss_by_role(sid: int) -> list[tuple[str, int]]:
-    """(role, PSS bytes) of each process of session ``sid`` (see :func:`process_role`). PSS splits each
-    shared page between the processes sharing it, so the sum is the memory the session really holds."""
-    out = []
+def session_roles(sid: int) -> dict[int, str]:
+    """pid -> role (see :func:`process_role`) of each process of session ``sid``."""
+    roles = {}
     for pid, parent in session_parents(sid).items():
         argv, parent_argv = _argv(pid), _argv(parent)
-        if spawning(argv, parent_argv):
-            continue
+        if not spawning(argv, parent_argv):
+            roles[pid] = process_role(argv, parent_argv)
+    return roles
+
+
+def session_pss_by_role(roles: dict[int, str]) -> list[tuple[str, int]]:
+    """(role, PSS bytes) of each process of :func:`session_roles`. PSS splits each shared page between
+    the processes sharing it, so the sum is the memory the session really holds."""
+    out = []
+    for pid, role in roles.items():
         try:
             with open(f"/proc/{pid}/smaps_rollup") as handle:
                 pss = next((int(line.split()[1]) * 1024 for line in handle if line.startswith("Pss:")), 0)
         except (OSError, IndexError, ValueError):
             continue
-        out.append((process_role(argv, parent_argv), pss))
+        out.append((role, pss))
     return out
 
 
@@ -202,9 +209,11 @@ class MemorySampler(threading.Thread):
     ``steady_pss`` is the PSS peak once Spark's start-up workers (:data:`STARTUP_ROLES`) have been seen
     and have exited: what a job that has run a while holds (0 if the run ended before they did)."""
 
-    def __init__(self, sid: int, worker_sid: int | None = None) -> None:
+    def __init__(self, sid: int, worker_sid: int | None = None, *, broker_pid: int | None = None) -> None:
         super().__init__(daemon=True)
         self.sid = sid
+        self.broker_pid = broker_pid
+        self.cpu = CpuWindow()
         self.worker_sid = worker_sid
         self.worker_base = session_rss_bytes(worker_sid) if worker_sid else 0
         self.peak = 0
@@ -218,7 +227,11 @@ class MemorySampler(threading.Thread):
     def run(self) -> None:
         while not self.stopped.wait(0.5):
             self.peak = max(self.peak, session_rss_bytes(self.sid))
-            self.observe(session_pss_by_role(self.sid))
+            roles = session_roles(self.sid)
+            self.observe(session_pss_by_role(roles))
+            if self.broker_pid:
+                roles[self.broker_pid] = "embedded broker"
+            self.cpu.sample(time.time(), {pid: (role, cpu_seconds(pid)) for pid, role in roles.items()})
             if self.worker_sid:
                 self.executor_peak = max(self.executor_peak, session_rss_bytes(self.worker_sid) - self.worker_base)
 
@@ -231,6 +244,45 @@ class MemorySampler(threading.Thread):
         self._startup_seen |= starting
         if self._startup_seen and not starting:
             self.steady_pss = max(self.steady_pss, pss)
+
+
+class CpuWindow:
+    """CPU each process role used between ``start`` and ``end`` (epoch s; set them when known), from
+    samples of every process's CPU seconds: a process first seen inside the window was born there and
+    counts from 0; one seen before counts from its first sample inside."""
+
+    def __init__(self) -> None:
+        self.start: float | None = None
+        self.end: float | None = None
+        self._before: set[int] = set()
+        self._first: dict[int, float] = {}
+        self._last: dict[int, tuple[str, float]] = {}
+        self._span: list[float] = []
+
+    def sample(self, now: float, processes: dict[int, tuple[str, float | None]]) -> None:
+        if self.start is None or now < self.start:
+            self._before.update(processes)
+            return
+        if self.end is not None and now > self.end:
+            return
+        self._span = [self._span[0] if self._span else now, now]
+        for pid, (role, used) in processes.items():
+            if used is None:
+                continue
+            self._first.setdefault(pid, used if pid in self._before else 0.0)
+            self._last[pid] = (role, used)
+
+    def seconds(self) -> float:
+        return self._span[1] - self._span[0] if len(self._span) == 2 else 0.0
+
+    def by_role(self) -> dict[str, list[float]]:
+        """role -> [processes, CPU seconds], the busiest first."""
+        roles: dict[str, list[float]] = {}
+        for pid, (role, used) in self._last.items():
+            entry = roles.setdefault(role, [0, 0.0])
+            entry[0] += 1
+            entry[1] += round(used - self._first[pid], 2)
+        return dict(sorted(roles.items(), key=lambda item: -item[1][1]))
 
 
 WORKER_SID: int | None = None  # the cluster profile's Spark worker, whose process tree holds the executors
@@ -410,13 +462,20 @@ def drain_rate(samples: list[tuple[float, int]], total: int) -> float:
 
 
 def measure_latency(
-    base: Settings, pipeline: Pipeline, rate: float, seconds: float, warmup: float, run: int, work: Path
+    base: Settings,
+    pipeline: Pipeline,
+    rate: float,
+    seconds: float,
+    warmup: float,
+    run: int,
+    work: Path,
+    broker_pid: int | None = None,
 ) -> dict[str, Any]:
     settings = phase_settings(base, pipeline, "latency", run, work).replace(trigger_seconds=1.0)
     create_topics(settings, pipeline)
     log_path = work / f"{pipeline.name}-latency-{run}.log"
     job = launch_stream_job(settings, pipeline.name, log_path)
-    sampler = MemorySampler(job.pid, WORKER_SID)
+    sampler = MemorySampler(job.pid, WORKER_SID, broker_pid=broker_pid)
     sampler.start()
     layout = PipelineLayout.of(settings, pipeline)
     first_bronze = layout.progress_dir() / f"{pipeline.query_of(pipeline.sources[0], 'bronze')}.json"
@@ -430,6 +489,7 @@ def measure_latency(
             time.sleep(0.5)
         config = GeneratorConfig(seed=77, rate=rate, producers=1)
         measured_from = time.time() + warmup
+        sampler.cpu.start, sampler.cpu.end = measured_from, measured_from + seconds
         report = produce(
             settings,
             topic,
@@ -480,6 +540,8 @@ def measure_latency(
         "executor_peak_rss_gb": sampler.executor_peak / 2**30,
         "progress": str(progress),
         "compiles_per_trigger": compiles_per_trigger([progress]),
+        "cpu_by_role": sampler.cpu.by_role(),
+        "cpu_seconds": sampler.cpu.seconds(),
     }
 
 
@@ -575,9 +637,13 @@ TARGETS = {
 }
 
 
-def attempt(figures: dict[str, Any], measure: str, run: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
+def attempt(
+    figures: dict[str, Any], measure: str, run: Callable[[], dict[str, Any]], *, broker_pid: int | None = None
+) -> dict[str, Any] | None:
     """``run()``'s figures under ``measure``; a job that died is recorded (and printed) instead, so one
-    pipeline's failure does not end the other pipelines' runs."""
+    pipeline's failure does not end the other pipelines' runs. With ``broker_pid`` (the embedded
+    broker's), also the CPU the broker used meanwhile: its seconds, and its share of a core."""
+    began, broker_before = time.monotonic(), cpu_seconds(broker_pid)
     try:
         figures[measure] = run()
     except Terminated:  # the bench itself was killed: stop, cleaning up on the way out
@@ -586,6 +652,11 @@ def attempt(figures: dict[str, Any], measure: str, run: Callable[[], dict[str, A
         figures.setdefault("failed", []).append(f"{measure}: {exc}")
         print(f"    FAILED: {exc}", flush=True)
         return None
+    broker_after = cpu_seconds(broker_pid)
+    if broker_before is not None and broker_after is not None:
+        used = broker_after - broker_before
+        figures[measure]["broker_cpu_s"] = round(used, 1)
+        figures[measure]["broker_core_share"] = round(used / (time.monotonic() - began), 3)
     return figures[measure]
 
 
@@ -608,6 +679,7 @@ def summarize_runs(pipeline: str, runs: list[dict[str, Any]]) -> list[str]:
             f" (target {TARGETS['drain_rss_gb']}), PSS {spread([t['peak_pss_gb'] for t in throughput], ' GB', 2)}"
             + _executors([t["executor_peak_rss_gb"] for t in throughput])
         )
+        lines += broker_line(throughput, "over the drain (the backlog's preload included)")
     if recompute:
         lines.append(
             f"  batch recompute of the backlog's hour (silver and gold from bronze): "
@@ -627,11 +699,8 @@ def summarize_runs(pipeline: str, runs: list[dict[str, Any]]) -> list[str]:
                 f"  produced -> gold {table}: p95 {spread([x['gold_p95_s'][table] for x in latency], ' s', 2)}"
                 f" (target {TARGETS['gold_p95_s']})"
             )
-        broker = [x["broker_core_share"] * 100 for x in latency if x.get("broker_core_share") is not None]
-        if broker:
-            lines.append(
-                f"  the embedded broker over the latency run (start-up included): {spread(broker, '% of a core')}"
-            )
+        lines += broker_line(latency, "over the latency run (start-up included)")
+        lines += cpu_line(latency)
         compiles = [x["compiles_per_trigger"] for x in latency if x.get("compiles_per_trigger") is not None]
         if compiles:
             lines.append(f"  Spark code compiled at that rate: {spread(compiles, ' classes per trigger', 2)}")
@@ -645,6 +714,32 @@ def summarize_runs(pipeline: str, runs: list[dict[str, Any]]) -> list[str]:
             + spread([x.get("steady_pss_gb", float("nan")) for x in latency], " GB", 2)
         )
     return lines
+
+
+def cpu_line(latency: list[dict[str, Any]]) -> list[str]:
+    """Where the CPU went at the offered rate: each role's share of a core over the measured seconds,
+    the median over runs, the busiest first (total: of the machine's cores together)."""
+    shares: dict[str, list[float]] = {}
+    for x in latency:
+        window = x.get("cpu_seconds") or 0.0
+        for role, (_, used) in (x.get("cpu_by_role") or {}).items() if window else ():
+            shares.setdefault(role, []).append(100 * used / window)
+    if not shares:
+        return []
+    medians = sorted(((statistics.median(v), role) for role, v in shares.items()), reverse=True)
+    total = sum(share for share, _ in medians)
+    parts = ", ".join(f"{role} {share:.0f}%" for share, role in medians if share >= 0.5)
+    return [f"  CPU over the measured seconds at that rate, % of a core (median): {total:.0f}% in all; {parts}"]
+
+
+def broker_line(measures: list[dict[str, Any]], when: str) -> list[str]:
+    """The embedded broker's CPU over ``measures`` (none on the cluster profile, whose broker the bench
+    does not start as a child of its own)."""
+    share = [m["broker_core_share"] * 100 for m in measures if m.get("broker_core_share") is not None]
+    if not share:
+        return []
+    used = spread([m["broker_cpu_s"] for m in measures if m.get("broker_cpu_s") is not None], " s", 1)
+    return [f"  the embedded broker {when}: {used} of CPU, {spread(share, '% of a core')}"]
 
 
 def _executors(values: list[float]) -> str:
@@ -906,7 +1001,7 @@ def main(argv: list[str] | None = None) -> int:
                 if not args.skip_throughput:
                     print(f"{name} run {run}: throughput, draining {args.backlog:,} events", flush=True)
                     measure = partial(measure_throughput, base, pipeline, args.backlog, run, work)
-                    t = attempt(figures, "throughput", measure)
+                    t = attempt(figures, "throughput", measure, broker_pid=broker_pid)
                     if t:
                         print(
                             f"    {t['events_per_s']:,.0f} events/s, peak RSS {t['peak_rss_gb']:.2f} GB"
@@ -933,13 +1028,17 @@ def main(argv: list[str] | None = None) -> int:
                         flush=True,
                     )
                     measure = partial(
-                        measure_latency, base, pipeline, args.rate, args.latency_seconds, args.warmup_seconds, run, work
+                        measure_latency,
+                        base,
+                        pipeline,
+                        args.rate,
+                        args.latency_seconds,
+                        args.warmup_seconds,
+                        run,
+                        work,
+                        broker_pid,
                     )
-                    began, broker_before = time.monotonic(), cpu_seconds(broker_pid)
-                    x = attempt(figures, "latency", measure)
-                    broker_after = cpu_seconds(broker_pid)
-                    if x and broker_before is not None and broker_after is not None:
-                        x["broker_core_share"] = round((broker_after - broker_before) / (time.monotonic() - began), 3)
+                    x = attempt(figures, "latency", measure, broker_pid=broker_pid)
                     if x:
                         print(
                             f"    silver p50 {x['p50_s']:.2f} s p95 {x['p95_s']:.2f} s; gold p95 "

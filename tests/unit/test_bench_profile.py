@@ -10,9 +10,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 from bench_stream import (
+    CpuWindow,
     MemorySampler,
     by_role,
     compiles_per_trigger,
+    cpu_line,
     cpu_seconds,
     loop_seconds,
     machine_line,
@@ -150,7 +152,27 @@ def test_the_latency_summary_reports_the_brokers_share_of_a_core() -> None:
         "peak_pss_gb": 0.8,
         "executor_peak_rss_gb": 0.0,
     }
-    runs = [{"latency": {**latency, "broker_core_share": share}} for share in (0.10, 0.25, 0.40)]
+    runs = [
+        {"latency": {**latency, "broker_core_share": share, "broker_cpu_s": share * 100}} for share in (0.1, 0.25, 0.4)
+    ]
     lines = summarize_runs("ads", runs)
-    assert "  the embedded broker over the latency run (start-up included): 25% of a core [10-40% of a core]" in lines
+    assert (
+        "  the embedded broker over the latency run (start-up included): 25.0 s [10.0-40.0 s] of CPU, "
+        "25% of a core [10-40% of a core]"
+    ) in lines
     assert cpu_seconds(os.getpid()) is not None and cpu_seconds(None) is None
+
+
+def test_the_cpu_window_counts_each_role_from_its_start_and_a_process_born_inside_from_zero() -> None:
+    window = CpuWindow()
+    window.start, window.end = 10.0, 20.0
+    window.sample(5.0, {1: ("JVM", 30.0), 2: ("task worker", 4.0)})  # before the window: a baseline only
+    window.sample(10.5, {1: ("JVM", 31.0), 2: ("task worker", 4.5)})
+    window.sample(15.0, {1: ("JVM", 35.0), 2: ("task worker", 5.0), 3: ("task worker", 1.0)})  # 3 was born
+    window.sample(20.5, {1: ("JVM", 99.0), 3: ("task worker", 9.0)})  # after the window: not counted
+    assert window.by_role() == {"JVM": [1, 4.0], "task worker": [2, 1.5]}
+    assert window.seconds() == 4.5
+    latency = {"cpu_by_role": window.by_role(), "cpu_seconds": window.seconds()}
+    assert cpu_line([latency]) == [
+        "  CPU over the measured seconds at that rate, % of a core (median): 122% in all; JVM 89%, task worker 33%"
+    ]
