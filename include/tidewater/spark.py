@@ -68,6 +68,21 @@ def executor_env(settings: Settings, environ: Mapping[str, str] | None = None) -
     return {**forwarded, **settings.to_env()}
 
 
+# Checkpoints (offsets, commits, state) on the local file system without a process per file. Without
+# Hadoop's native library (pip's PySpark has none), the default manager's FileContext ran `readlink` for
+# each rename's link status and the checksummed file system `chmod` for each file it created: ads at
+# 300 events/s started 15 processes a second (JFR), and a checkpoint write took ~200 ms. The
+# FileSystem-based manager renames with File.renameTo, and the raw local file system creates a file
+# with no permission to set. Checkpoints are always local here (PipelineLayout.checkpoint); Spark's
+# own Parquet reads of local files then skip the .crc check, which delta-rs never wrote anyway.
+CHECKPOINT_FILES_WITHOUT_SHELL = {
+    "spark.sql.streaming.checkpointFileManagerClass": (
+        "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
+    ),
+    "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
+}
+
+
 def session_conf(
     settings: Settings,
     environ: Mapping[str, str] | None = None,
@@ -102,6 +117,8 @@ def session_conf(
         java_options += settings.stream_java_options.split()
     if java_options:
         conf["spark.driver.extraJavaOptions"] = " ".join(java_options)
+    if streaming:
+        conf |= CHECKPOINT_FILES_WITHOUT_SHELL
     if scratch:
         conf["spark.local.dir"] = scratch
         if streaming:

@@ -136,3 +136,13 @@ def test_the_streaming_job_serves_its_sources_before_gold() -> None:
     weight = {name: int(pool.findtext("weight")) for name, pool in pools.items()}
     assert share[SOURCES_POOL] >= 2 and share[GOLD_POOL] == 0  # local[2]: both cores on a source's demand
     assert weight[SOURCES_POOL] > weight[GOLD_POOL]
+
+
+def test_the_streaming_jobs_checkpoints_are_written_without_a_process_per_file() -> None:
+    """Without Hadoop's native library, FileContext's rename ran `readlink` and the checksummed local
+    file system `chmod` for each checkpoint file: 15 processes a second for ads at 300 events/s."""
+    streaming = session_conf(Settings(), streaming=True)
+    assert streaming["spark.sql.streaming.checkpointFileManagerClass"].endswith(".FileSystemBasedCheckpointFileManager")
+    assert streaming["spark.hadoop.fs.file.impl"] == "org.apache.hadoop.fs.RawLocalFileSystem"
+    batch = session_conf(Settings())
+    assert "spark.sql.streaming.checkpointFileManagerClass" not in batch and "spark.hadoop.fs.file.impl" not in batch
