@@ -12,6 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from bench_stream import (
     CpuWindow,
     MemorySampler,
+    attempt,
     by_role,
     compiles_per_trigger,
     cpu_line,
@@ -176,3 +177,15 @@ def test_the_cpu_window_counts_each_role_from_its_start_and_a_process_born_insid
     assert cpu_line([latency]) == [
         "  CPU over the measured seconds at that rate, % of a core (median): 122% in all; JVM 89%, task worker 33%"
     ]
+
+
+def test_a_measure_records_the_brokers_cpu_meanwhile_and_the_drain_summary_reports_it() -> None:
+    figures: dict[str, dict[str, float]] = {}
+    drain = {"events_per_s": 1000.0, "peak_rss_gb": 1.0, "peak_pss_gb": 0.8, "executor_peak_rss_gb": 0.0}
+    got = attempt(figures, "throughput", lambda: dict(drain), broker_pid=os.getpid())  # this process stands in
+    assert got is figures["throughput"] and got["broker_cpu_s"] >= 0 and 0 <= got["broker_core_share"] < 4
+    lines = summarize_runs("rsvps", [figures])
+    assert any(
+        line.startswith("  the embedded broker over the drain (the backlog's preload included): ") for line in lines
+    )
+    assert "broker_cpu_s" not in (attempt({}, "x", lambda: {}) or {})  # no broker: nothing recorded
