@@ -884,10 +884,10 @@ TOUCH_MIB = 256
 
 def touch_seconds(samples: int = 3, mib: int = TOUCH_MIB) -> list[float]:
     """Seconds to touch ``mib`` MiB of fresh anonymous memory, a write per page, ``samples`` times: what
-    a new page costs. On a VM whose host hands out memory lazily it is ~10x a bare machine's, and a
-    streaming job faults in pages all the time (forked Python workers, Arrow buffers, a heap that
-    grows back), which the Python loop does not show: on 2026-11-28 the loop ran at its fast 0.68 s
-    while 1 GiB took 2.7 s to touch and ads ran far behind its usual latency."""
+    a new page costs, which the Python loop does not show. A streaming job faults in pages all the time
+    (forked Python workers, Arrow buffers, a heap that grows back). On 2026-11-28 1 GiB took 2.7 s to
+    touch (~10 µs a page) in a slow spell; later 256 MiB took 0.21-0.24 s with the loop at 0.68 s,
+    and ads still ran far behind its usual latency: neither probe says everything about a machine."""
     seconds = []
     for _ in range(samples):
         began = time.perf_counter()
