@@ -53,7 +53,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from multiprocessing import Process
 from pathlib import Path
@@ -94,13 +94,6 @@ def session_parents(sid: int) -> dict[int, int]:
     return parents
 
 
-def session_pids(sid: int) -> list[int]:
-    """The processes of session ``sid``, less a JVM's child caught between its fork and its exec (see
-    :func:`spawning`)."""
-    parents = session_parents(sid)
-    return [pid for pid, parent in parents.items() if not spawning(_argv(pid), _argv(parent))]
-
-
 def spawning(argv: list[str], parent_argv: list[str]) -> bool:
     """A JVM's child that still has the JVM's command line: Java starts a process (each Python worker
     and daemon) by a child that shares the JVM's memory until it runs the new program. A sample that
@@ -109,10 +102,15 @@ def spawning(argv: list[str], parent_argv: list[str]) -> bool:
 
 
 def session_rss_bytes(sid: int) -> int:
-    """Summed resident memory of every process in session ``sid``. A page that forked processes share
-    (Spark's Python workers are forks of one daemon) counts once per process: an upper bound."""
+    """Summed resident memory of every process in session ``sid`` (see :func:`rss_bytes`)."""
+    return rss_bytes(session_roles(sid))
+
+
+def rss_bytes(pids: Iterable[int]) -> int:
+    """Summed resident memory of ``pids``. A page that forked processes share (Spark's Python workers
+    are forks of one daemon) counts once per process: an upper bound."""
     total = 0
-    for pid in session_pids(sid):
+    for pid in pids:
         try:
             with open(f"/proc/{pid}/statm") as handle:
                 total += int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -163,7 +161,8 @@ def _argv(pid: int) -> list[str]:
 
 
 def session_roles(sid: int) -> dict[int, str]:
-    """pid -> role (see :func:`process_role`) of each process of session ``sid``."""
+    """pid -> role (see :func:`process_role`) of each process of session ``sid``, less a JVM's child
+    caught between its fork and its exec (see :func:`spawning`)."""
     roles = {}
     for pid, parent in session_parents(sid).items():
         argv, parent_argv = _argv(pid), _argv(parent)
@@ -226,8 +225,8 @@ class MemorySampler(threading.Thread):
 
     def run(self) -> None:
         while not self.stopped.wait(0.5):
-            self.peak = max(self.peak, session_rss_bytes(self.sid))
-            roles = session_roles(self.sid)
+            roles = session_roles(self.sid)  # one scan of /proc per sample, for RSS, PSS and CPU
+            self.peak = max(self.peak, rss_bytes(roles))
             self.observe(session_pss_by_role(roles))
             if self.broker_pid:
                 roles[self.broker_pid] = "embedded broker"
