@@ -83,6 +83,14 @@ CHECKPOINT_FILES_WITHOUT_SHELL = {
 }
 
 
+# Compiled classes Spark keeps (its default: 100). A stream generates code for every micro-batch, and
+# each gold watermark is written into the code as a literal, so every trigger adds classes that are
+# never used again. Spark's cache is a Guava LRU in four segments of 25: those one-off classes evicted
+# the ones every batch reuses, and the same code was compiled again (ads: 373 compiles, 24 s of Janino
+# in a 100 s run), then compiled again by the JIT. A class is a few kB of metaspace.
+CODEGEN_CACHE_ENTRIES = 1000
+
+
 def session_conf(
     settings: Settings,
     environ: Mapping[str, str] | None = None,
@@ -105,6 +113,7 @@ def session_conf(
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.adaptive.enabled": "false",  # small batches: planning cost beats AQE gains
+        "spark.sql.codegen.cache.maxEntries": str(CODEGEN_CACHE_ENTRIES),
         # Reused workers idle in the pool for a minute are ended by Spark itself (PythonWorkerFactory).
         # Not spark.python.worker.killOnIdleTimeout: it kills a *busy* worker that sent nothing for the
         # timeout, which ended a state processor folding a 400k-record micro-batch (bench, payments).
