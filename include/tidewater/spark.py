@@ -87,7 +87,8 @@ CHECKPOINT_FILES_WITHOUT_SHELL = {
 # each gold watermark is written into the code as a literal, so every trigger adds classes that are
 # never used again. Spark's cache is a Guava LRU in four segments of 25: those one-off classes evicted
 # the ones every batch reuses, and the same code was compiled again (ads: 373 compiles, 24 s of Janino
-# in a 60 s latency run with its start-up), then compiled again by the JIT. A class is a few kB of metaspace.
+# in a 60 s latency run with its start-up), then compiled again by the JIT. With 1,000: 176 compiles,
+# and the job's PSS did not move (1.56 GB, three runs each way).
 CODEGEN_CACHE_ENTRIES = 1000
 
 
