@@ -248,7 +248,9 @@ class MemorySampler(threading.Thread):
 class CpuWindow:
     """CPU each process role used between ``start`` and ``end`` (epoch s; set them when known), from
     samples of every process's CPU seconds: a process first seen inside the window was born there and
-    counts from 0; one seen before counts from its first sample inside."""
+    counts from 0; one seen before counts from its first sample inside. A process keeps the role it was
+    first seen with: an exiting one has no command line left (role "other"), and a window that ended
+    as the job stopped counted the JVM's CPU as "other"."""
 
     def __init__(self) -> None:
         self.start: float | None = None
@@ -269,6 +271,8 @@ class CpuWindow:
             if used is None:
                 continue
             self._first.setdefault(pid, used if pid in self._before else 0.0)
+            if pid in self._last and role == "other":
+                role = self._last[pid][0]
             self._last[pid] = (role, used)
 
     def seconds(self) -> float:

@@ -179,6 +179,15 @@ def test_the_cpu_window_counts_each_role_from_its_start_and_a_process_born_insid
     ]
 
 
+def test_a_process_keeps_its_role_when_its_command_line_is_gone() -> None:
+    """An exiting process has no command line left: its role reads as "other"."""
+    window = CpuWindow()
+    window.start, window.end = 10.0, 20.0
+    window.sample(11.0, {1: ("JVM", 30.0)})
+    window.sample(19.0, {1: ("other", 38.0)})
+    assert window.by_role() == {"JVM": [1, 38.0]}  # born inside the window: counted from 0
+
+
 def test_a_measure_records_the_brokers_cpu_meanwhile_and_the_drain_summary_reports_it() -> None:
     figures: dict[str, dict[str, float]] = {}
     drain = {"events_per_s": 1000.0, "peak_rss_gb": 1.0, "peak_pss_gb": 0.8, "executor_peak_rss_gb": 0.0}
