@@ -249,8 +249,8 @@ class CpuWindow:
     """CPU each process role used between ``start`` and ``end`` (epoch s; set them when known), from
     samples of every process's CPU seconds: a process first seen inside the window was born there and
     counts from 0; one seen before counts from its first sample inside. A process keeps the role it was
-    first seen with: an exiting one has no command line left (role "other"), and a window that ended
-    as the job stopped counted the JVM's CPU as "other"."""
+    first seen with: a sample that cannot read its command line (an exiting process has none) reads it
+    as "other", and a 600 s run of ads reported all of the JVM's CPU as "other"."""
 
     def __init__(self) -> None:
         self.start: float | None = None

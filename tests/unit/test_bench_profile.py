@@ -180,7 +180,7 @@ def test_the_cpu_window_counts_each_role_from_its_start_and_a_process_born_insid
 
 
 def test_a_process_keeps_its_role_when_its_command_line_is_gone() -> None:
-    """An exiting process has no command line left: its role reads as "other"."""
+    """A sample that cannot read a process's command line (an exiting one has none) reads it as "other"."""
     window = CpuWindow()
     window.start, window.end = 10.0, 20.0
     window.sample(11.0, {1: ("JVM", 30.0)})
