@@ -185,6 +185,18 @@ def session_pss_by_role(roles: dict[int, str]) -> list[tuple[str, int]]:
     return out
 
 
+def keep_roles(known: dict[int, str], seen: dict[int, str]) -> dict[int, str]:
+    """``seen`` with each process that reads as "other" given the role it was ``known`` by: a sample that
+    cannot read a process's command line (an exiting one has none) reads it as "other", and a 600 s run
+    of ads reported all of the JVM's CPU as "other". ``known`` gains every role read."""
+    for pid, role in seen.items():
+        if role == "other" and pid in known:
+            seen[pid] = known[pid]
+        else:
+            known[pid] = role
+    return seen
+
+
 def by_role(processes: list[tuple[str, int]]) -> dict[str, list[float]]:
     """role -> [processes, MiB], largest first."""
     roles: dict[str, list[float]] = {}
@@ -220,12 +232,13 @@ class MemorySampler(threading.Thread):
         self.peak_roles: dict[str, list[float]] = {}  # where the PSS was at its peak (see by_role)
         self.steady_pss = 0
         self._startup_seen = False
+        self._roles: dict[int, str] = {}  # every role read so far (see keep_roles)
         self.executor_peak = 0
         self.stopped = threading.Event()
 
     def run(self) -> None:
         while not self.stopped.wait(0.5):
-            roles = session_roles(self.sid)  # one scan of /proc per sample, for RSS, PSS and CPU
+            roles = keep_roles(self._roles, session_roles(self.sid))  # one scan of /proc for RSS, PSS and CPU
             self.peak = max(self.peak, rss_bytes(roles))
             self.observe(session_pss_by_role(roles))
             if self.broker_pid:
@@ -248,9 +261,8 @@ class MemorySampler(threading.Thread):
 class CpuWindow:
     """CPU each process role used between ``start`` and ``end`` (epoch s; set them when known), from
     samples of every process's CPU seconds: a process first seen inside the window was born there and
-    counts from 0; one seen before counts from its first sample inside. A process keeps the role it was
-    first seen with: a sample that cannot read its command line (an exiting process has none) reads it
-    as "other", and a 600 s run of ads reported all of the JVM's CPU as "other"."""
+    counts from 0; one seen before counts from its first sample inside. Each process is counted under the
+    role of its last sample in the window (:class:`MemorySampler` gives it the roles of :func:`keep_roles`)."""
 
     def __init__(self) -> None:
         self.start: float | None = None
@@ -271,8 +283,6 @@ class CpuWindow:
             if used is None:
                 continue
             self._first.setdefault(pid, used if pid in self._before else 0.0)
-            if pid in self._last and role == "other":
-                role = self._last[pid][0]
             self._last[pid] = (role, used)
 
     def seconds(self) -> float:
@@ -1072,12 +1082,14 @@ def write_profile(path: Path, results: dict[str, Any], machine: str, where: str)
         f"Written by `./tw bench --profile` on {dt.date.today().isoformat()}; {machine}; {where}.",
         "Medians per micro-batch over every run; Spark's parts of a trigger (`durationMs`) and, inside",
         "`addBatch`, the writer's phases (`tidewater.phase_clock`; an indented phase is part of the one",
-        "above it). `bronze/read` is one Spark job: the Kafka read (each payload checked against its",
-        "contract in the reader), the rows cached for silver and brought to the driver, where delta-rs",
-        "writes them to bronze (`bronze/commit`, on a thread of its own while the parse runs: not part of",
-        "`bronze`'s time; `silver/bronze commit wait` is how long silver then waited for it before its",
-        "first commit); `silver/parse/rows to driver` is the parse over the cache. After each phase's",
-        "tables, where the job's memory was at its PSS peak, each process by role (`process_role`).",
+        "above it). `read and parse` is one Spark job: the Kafka read (each payload checked against its",
+        "contract in the reader) and the parse, each row brought to the driver with its bronze columns",
+        "beside its silver and quarantine ones. delta-rs writes the bronze rows there (`bronze/commit`, on",
+        "a thread of its own while silver's rows are prepared: not part of `bronze`'s time; `silver/bronze",
+        "commit wait` is how long silver then waited for it before its first commit). A batch whose job",
+        "failed is written apart: `bronze/read` (the rows cached) and `silver/parse` (over the cache, the",
+        "poison records isolated). After each phase's tables, where the job's memory was at its PSS peak,",
+        "each process by role (`process_role`).",
         "",
     ]
     for name, runs in results["pipelines"].items():

@@ -205,9 +205,10 @@ def test_any_records_keep_every_promise(spark, shared_lake: dict[str, Any], batc
     check_lake(spark, layout, sent)
 
 
-def test_a_record_that_breaks_the_transforms_is_quarantined_and_the_batch_goes_on(spark, tmp_path, monkeypatch):
-    """Poison isolation: a record some function cannot handle is found by bisection and quarantined with
-    the error; the rest of the batch is written. A failure every record shares is raised."""
+def test_a_record_that_breaks_the_transforms_is_quarantined_and_the_batch_goes_on(spark, tmp_path, monkeypatch, caplog):
+    """Poison isolation: the batch's one Spark job fails, so it is written apart (bronze, then the parse
+    over it), where a record some function cannot handle is found by bisection and quarantined with the
+    error; the rest of the batch is written. A failure every record shares is raised."""
     from pyspark.sql import functions as F
 
     from tidewater.pipelines import base
@@ -215,8 +216,8 @@ def test_a_record_that_breaks_the_transforms_is_quarantined_and_the_batch_goes_o
     poisoned = "poison-" + "x" * 8
     original = base.Source.parse
 
-    def parse_that_fails_on_poison(self, bronze):
-        parsed = original(self, bronze)
+    def parse_that_fails_on_poison(self, bronze, **options):
+        parsed = original(self, bronze, **options)
         boom = F.raise_error(F.lit("cannot handle this value"))
         return parsed.withColumn("event_id", F.when(F.col("event_id") == poisoned, boom).otherwise(F.col("event_id")))
 
@@ -224,7 +225,10 @@ def test_a_record_that_breaks_the_transforms_is_quarantined_and_the_batch_goes_o
     layout = make_lake(spark, str(tmp_path))
     good = valid_events(24, seed=9)
     bad = Hostile(good[0].value.replace(json.loads(good[0].value)["event_id"].encode(), poisoned.encode()))
-    write_batch(spark, layout, [*good[:10], bad, *good[10:]])
+    with caplog.at_level("WARNING", logger="tidewater.streaming.writers"):
+        write_batch(spark, layout, [*good[:10], bad, *good[10:]])
+    assert "bronze and silver apart" in caplog.text
+    assert independent(layout, "bronze").num_rows == len(good) + 1
     quarantine = independent(layout, "quarantine")
     pairs = zip(quarantine["raw_value"].to_pylist(), quarantine["reason"].to_pylist(), strict=True)
     (reason,) = [r for v, r in pairs if v == bad.value]
@@ -232,12 +236,40 @@ def test_a_record_that_breaks_the_transforms_is_quarantined_and_the_batch_goes_o
     silver = independent(layout, "silver")
     assert len(set(silver["event_id"].to_pylist())) == len({json.loads(g.value)["event_id"] for g in good})
 
-    def parse_that_always_fails(self, bronze):
-        return original(self, bronze).withColumn("event_id", F.raise_error(F.lit("storage is down")))
+    def parse_that_always_fails(self, bronze, **options):
+        return original(self, bronze, **options).withColumn("event_id", F.raise_error(F.lit("storage is down")))
 
     monkeypatch.setattr(base.Source, "parse", parse_that_always_fails)
     with pytest.raises(Exception, match="storage is down"):
         write_batch(spark, layout, valid_events(8, seed=10), batch_id=1, first_offset=100)
+
+
+def test_a_micro_batch_is_one_spark_job_and_its_bronze_rows_are_the_kafka_records(spark, tmp_path) -> None:
+    """The stream's writer reads Kafka, parses and brings every table's rows to the driver in one Spark
+    job; the bronze rows it splits off are exactly :func:`transforms.to_bronze`'s (hostile records too)."""
+    from tidewater import transforms
+
+    layout = make_lake(spark, str(tmp_path))
+    sent = valid_events(50, seed=5) + corpus()
+    context = spark.sparkContext
+    context.setJobGroup("one micro-batch", "the stream's writer")
+    try:
+        write_batch(spark, layout, sent)
+    finally:
+        context.setJobGroup(None, None)  # type: ignore[arg-type]
+    assert len(context.statusTracker().getJobIdsForGroup("one micro-batch")) == 1
+
+    records = checked(kafka_batch(sent), RSVPS.source().payload_schema.json())
+    stamped_at = independent(layout, "bronze")["ingest_time"][0].value
+    frame = spark.createDataFrame(pa.Table.from_batches([stamped(records, stamped_at)]))
+    written = independent(layout, "bronze")
+    expected = transforms.to_bronze(frame).toArrow().select(written.column_names)  # the table's columns
+
+    def in_order(table: pa.Table) -> list[dict[str, Any]]:
+        return sorted(table.to_pylist(), key=lambda row: (row["partition"], row["offset"]))
+
+    assert in_order(written.cast(expected.schema)) == in_order(expected)
+    check_lake(spark, layout, sent)
 
 
 def test_a_pipeline_may_opt_into_lenient_parsing(spark) -> None:

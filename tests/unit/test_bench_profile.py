@@ -17,6 +17,7 @@ from bench_stream import (
     compiles_per_trigger,
     cpu_line,
     cpu_seconds,
+    keep_roles,
     loop_seconds,
     machine_line,
     process_role,
@@ -181,11 +182,11 @@ def test_the_cpu_window_counts_each_role_from_its_start_and_a_process_born_insid
 
 def test_a_process_keeps_its_role_when_its_command_line_is_gone() -> None:
     """A sample that cannot read a process's command line (an exiting one has none) reads it as "other"."""
-    window = CpuWindow()
-    window.start, window.end = 10.0, 20.0
-    window.sample(11.0, {1: ("JVM", 30.0)})
-    window.sample(19.0, {1: ("other", 38.0)})
-    assert window.by_role() == {"JVM": [1, 38.0]}  # born inside the window: counted from 0
+    known: dict[int, str] = {}
+    assert keep_roles(known, {1: "JVM", 2: "task worker"}) == {1: "JVM", 2: "task worker"}
+    assert keep_roles(known, {1: "other", 2: "task worker", 3: "other"}) == {1: "JVM", 2: "task worker", 3: "other"}
+    assert keep_roles(known, {1: "Python driver"}) == {1: "Python driver"}  # a pid used again: read afresh
+    assert known == {1: "Python driver", 2: "task worker", 3: "other"}
 
 
 def test_a_measure_records_the_brokers_cpu_meanwhile_and_the_drain_summary_reports_it() -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import ClassVar
@@ -364,7 +364,7 @@ class Source:
 
     # ---- pure transforms --------------------------------------------------------------------------
 
-    def parse(self, bronze: DataFrame) -> DataFrame:
+    def parse(self, bronze: DataFrame, *, carry: Sequence[str] = ()) -> DataFrame:
         """Bronze -> typed rows with lineage and ``_error`` (see :func:`transforms.parse_payload`)."""
         return transforms.parse_payload(
             bronze,
@@ -373,6 +373,7 @@ class Source:
             rules=self.all_rules,
             strict=self.strict_json,
             derived={self.partition_column: f"to_date({transforms.quoted(self.event_time)})"},
+            carry=carry,
         )
 
     @property
@@ -390,6 +391,12 @@ class Source:
         """Every parsed row with its silver and quarantine columns: one Spark job for both tables'
         rows (divided by :meth:`split_outcomes`; see :func:`transforms.outcomes`)."""
         return transforms.outcomes(parsed, self.silver_columns)
+
+    def outcomes_with_bronze(self, bronze: DataFrame) -> DataFrame:
+        """:meth:`outcomes` of ``bronze`` parsed, each row with its bronze columns too
+        (:func:`transforms.split_bronze`): a micro-batch's bronze and silver rows from one Spark job."""
+        carry, keep = transforms.bronze_passthrough(bronze.columns)
+        return transforms.outcomes(self.parse(bronze, carry=carry), self.silver_columns, keep=keep)
 
     def split_outcomes(self, rows: pa.Table) -> tuple[pa.Table, pa.Table]:
         """(quarantine rows, valid silver rows incl. copies) of :meth:`outcomes`' rows."""
