@@ -85,6 +85,19 @@ def sql_string(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+# The bronze columns parse_payload keeps, each under the name it has in a parsed row; it can carry any
+# other one as it is (see bronze_passthrough).
+PARSED_BRONZE = {
+    "value": "_raw_value",
+    "key": "_raw_key",
+    "topic": "kafka_topic",
+    "partition": "kafka_partition",
+    "offset": "kafka_offset",
+    "kafka_timestamp": "kafka_timestamp",
+    "ingest_time": "ingest_time",
+}
+
+
 def parse_payload(
     bronze: DataFrame,
     *,
@@ -122,13 +135,7 @@ def parse_payload(
     options = f"map('columnNameOfCorruptRecord', {sql_string(CORRUPT_FIELD)})"
     text = f"CASE WHEN {strict_error} IS NULL THEN CAST(value AS STRING) END"
     parsed = bronze.selectExpr(
-        "value AS _raw_value",
-        "key AS _raw_key",
-        "topic AS kafka_topic",
-        "partition AS kafka_partition",
-        "offset AS kafka_offset",
-        "kafka_timestamp",
-        "ingest_time",
+        *(f"{quoted(name)} AS {quoted(as_parsed)}" for name, as_parsed in PARSED_BRONZE.items()),
         f"{strict_error} AS _strict",
         f"from_json({text}, {sql_string(with_corrupt.json())}, {options}) AS p",
         # Nondeterministic, so Spark pushes no filter on the parsed fields (silver's "no error") below
@@ -213,24 +220,14 @@ def split_outcomes(rows: pa.Table, silver_columns: Sequence[str]) -> tuple[pa.Ta
 
 
 BRONZE_PREFIX = "_bronze_"
-# The bronze columns parse_payload keeps under names of its own; it can carry any other one as it is.
-_PARSED_BRONZE = {
-    "key": "_raw_key",
-    "value": "_raw_value",
-    "topic": "kafka_topic",
-    "partition": "kafka_partition",
-    "offset": "kafka_offset",
-    "kafka_timestamp": "kafka_timestamp",
-    "ingest_time": "ingest_time",
-}
 
 
 def bronze_passthrough(bronze_columns: Sequence[str]) -> tuple[list[str], dict[str, str]]:
     """What gives each row of :func:`outcomes` its bronze row too: (the columns :func:`parse_payload`
     must carry, the columns :func:`outcomes` must keep), for :func:`split_bronze`. A stream's
     micro-batch then reads Kafka, parses and brings every table's rows to the driver in one Spark job."""
-    carry = [name for name in bronze_columns if name not in _PARSED_BRONZE]
-    keep = {BRONZE_PREFIX + name: quoted(_PARSED_BRONZE.get(name, name)) for name in bronze_columns}
+    carry = [name for name in bronze_columns if name not in PARSED_BRONZE]
+    keep = {BRONZE_PREFIX + name: quoted(PARSED_BRONZE.get(name, name)) for name in bronze_columns}
     return carry, keep
 
 
