@@ -240,7 +240,7 @@ class BronzeSilverWriter:
     (:meth:`~tidewater.pipelines.base.Source.outcomes_with_bronze`). There delta-rs writes the bronze
     rows (one file per ingest date, no Python worker writing Parquet) and silver takes the rest. Where
     the source checked each payload's strict contract as it read it (``payloadContract``), the parse
-    runs in the JVM alone. rsvps at 2,000 events/s, 3 interleaved runs each: silver p95 1.89-1.95 s
+    runs in the JVM alone. rsvps at 2,000 events/s, 3 interleaved runs each: silver p95 1.89-1.99 s
     against 2.09-2.29 s with the Kafka read cached and parsed in a second job.
 
     A batch whose one job fails for a reason that may be in the data is written apart
