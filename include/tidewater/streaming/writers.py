@@ -74,7 +74,7 @@ class SilverWriter:
         self, bronze_batch: DataFrame, batch_id: int, *, before_commits: Callable[[], object] | None = None
     ) -> None:
         """``before_commits``: called once the batch is parsed, before any table of it is committed
-        (:class:`BronzeSilverWriter` waits there for its bronze commit, which runs beside the parse)."""
+        (:class:`BronzeSilverWriter` waits there for its bronze commit, which runs beside it)."""
         with phase_clock.batch(self.query, batch_id):
             self._write(lambda: self._parse(bronze_batch, batch_id), batch_id, before_commits)
 
@@ -152,14 +152,20 @@ class SilverWriter:
 MAX_ISOLATION_JOBS = 256
 
 
+def may_be_the_data(exc: Exception) -> bool:
+    """Whether a failed batch may have failed for a record in it: not when the lake, a lock or the
+    broker raised (a TidewaterError or an OSError)."""
+    return not isinstance(exc, TidewaterError | OSError)
+
+
 def isolate_poison(source: Source, bronze: DataFrame, query: str, batch_id: int) -> tuple[pa.Table, pa.Table]:
     """(quarantine rows, valid silver rows incl. copies) of a bronze batch, with records that break the
     computation itself quarantined with the error instead of failing the batch."""
     try:
         return _split(source, bronze)
     except Exception as exc:
-        if isinstance(exc, TidewaterError | OSError):
-            raise  # the lake, a lock or the broker: not about a record
+        if not may_be_the_data(exc):
+            raise
         first_error = exc
     log.warning("%s batch %s failed (%s): isolating the records that cause it", query, batch_id, one_line(first_error))
     try:
@@ -279,10 +285,10 @@ class BronzeSilverWriter:
             with phase_clock.phase("read and parse"):  # the one Spark job; every table's rows to the driver
                 rows = source.outcomes_with_bronze(bronze).toArrow()
         except Exception as exc:
-            if isinstance(exc, TidewaterError | OSError):
-                raise  # the lake, a lock or the broker: not about a record
+            if not may_be_the_data(exc):
+                raise
             log.warning("%s batch %s failed (%s): bronze and silver apart", self.query, batch_id, one_line(exc))
-            self._write_apart(kafka_batch, batch_id)
+            self._write_apart(bronze, batch_id)
             return
         with phase_clock.phase("bronze"):  # its commit's phases: bronze/lock wait, bronze/commit
             commit = BronzeCommit(self, transforms.split_bronze(rows, bronze.columns), batch_id)
@@ -296,10 +302,10 @@ class BronzeSilverWriter:
             commit.join()  # a failed silver commit too: no commit of this batch outlives its call
         commit.wait()
 
-    def _write_apart(self, kafka_batch: DataFrame, batch_id: int) -> None:
+    def _write_apart(self, bronze: DataFrame, batch_id: int) -> None:
         """Bronze, then silver from those rows with the poison records isolated: two Spark jobs, the
         Kafka read's rows cached for the parse."""
-        bronze_rows = transforms.to_bronze(kafka_batch).persist()
+        bronze_rows = bronze.persist()
         try:
             with phase_clock.phase("bronze"):
                 with phase_clock.phase("read"):  # one Spark job: the Kafka read, its rows cached for silver
