@@ -6,10 +6,14 @@ supervised streaming job per pipeline) in a temporary state folder and prints:
 1. seconds from the command's start to Airflow healthy, to every stream holding its checkpoints, and
    to the first silver rows of every pipeline (what "running within a few minutes, without clicks"
    means here);
-2. resident memory, sampled every 2 s for ``--seconds`` once the stream runs, per part: the platform
-   process (with generator thread), each Airflow component's session (with the task processes it
-   starts), each streaming job's session (JVM + Python driver + workers); peak and mean of the total;
-   and the total's peak while the platform started (from the command's start to the first silver rows);
+2. memory, sampled every 2 s from the command's start, per part: the platform process (with
+   generator thread), each Airflow component's session (with the task processes it starts), each
+   streaming job's session (JVM + Python driver + workers). Each part as PSS (each shared page
+   split between the processes sharing it: the sum is what the host holds) and as summed RSS (a
+   page that forked processes share counted once per process: an upper bound). Peak and mean of
+   the total for the ``--seconds`` once every source has silver rows, and the peak while the
+   platform started. A platform whose sources never all get silver rows within ``--start-timeout``
+   still gets its memory reported (over the whole run), with the sources still waiting named;
 3. per streaming job, how often one of its queries missed Spark's 10 s connect-back window and was
    restarted (the streaming job's log), which is what a host too busy at the start looks like.
 
@@ -30,7 +34,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench_stream import session_rss_bytes
+from bench_stream import rss_bytes, session_pss_by_role, session_roles
 
 from tidewater.broker import free_port
 from tidewater.config import Settings
@@ -43,16 +47,43 @@ from tidewater.streaming.runner import WORKER_RESTART
 BIN = Path(sys.executable).parent
 
 
-def wait(predicate, timeout_s: float, what: str, missing=None) -> float:
-    """When ``predicate()`` held; on a timeout, one line naming ``what`` (and ``missing()``: what was still
-    absent)."""
+def wait(predicate, timeout_s: float) -> float | None:
+    """When ``predicate()`` held; None when it did not within ``timeout_s``."""
     start = time.monotonic()
     while time.monotonic() - start < timeout_s:
         if predicate():
             return time.monotonic()
         time.sleep(0.5)
-    absent = f": still none in {', '.join(missing())}" if missing else ""
-    raise SystemExit(f"bench_platform: timed out after {timeout_s:.0f} s waiting for {what}{absent}")
+    return None
+
+
+def session_memory(sid: int) -> tuple[int, int]:
+    """(PSS, summed RSS) in bytes of every process in session ``sid``."""
+    roles = session_roles(sid)
+    return sum(pss for _, pss in session_pss_by_role(roles)), rss_bytes(roles)
+
+
+def summary(samples: list[dict[str, tuple[int, int]]], what: str) -> list[str]:
+    """Lines: each part's peak and mean PSS (and peak RSS) over ``samples``, then the total's."""
+    mib = 2**20
+    if not samples:
+        return [f"{what} no sample (the platform ended first)"]
+    lines = [what]
+    parts = dict.fromkeys(part for sample in samples for part in sample)
+    for part in parts:
+        pss = [s.get(part, (0, 0))[0] for s in samples]
+        rss = [s.get(part, (0, 0))[1] for s in samples]
+        lines.append(
+            f"  {part:<26} PSS peak {max(pss) / mib:6.0f} MiB  mean {statistics.mean(pss) / mib:6.0f} MiB"
+            f"   RSS peak {max(rss) / mib:6.0f} MiB"
+        )
+    pss_totals = [sum(v[0] for v in s.values()) for s in samples]
+    rss_totals = [sum(v[1] for v in s.values()) for s in samples]
+    lines.append(
+        f"  total: PSS peak {max(pss_totals) / mib:,.0f} MiB, mean {statistics.mean(pss_totals) / mib:,.0f} MiB; "
+        f"summed RSS peak {max(rss_totals) / mib:,.0f} MiB, mean {statistics.mean(rss_totals) / mib:,.0f} MiB"
+    )
+    return lines
 
 
 def without_rows(tables: list) -> list[str]:
@@ -114,73 +145,73 @@ def main() -> None:
         for p in pipelines.values()
         for name in PipelineLayout.of(settings, p).tier_tables("silver")
     ]
-    samples: list[dict[str, int]] = []
-    started = threading.Event()
-    starting_totals: list[int] = []
+    samples: list[tuple[float, dict[str, tuple[int, int]]]] = []  # (monotonic time, part -> (PSS, RSS))
+    stop_sampling = threading.Event()
 
-    def sample() -> dict[str, int]:
+    def sample() -> dict[str, tuple[int, int]]:
         try:
             recorded = json.loads((Path(settings.state_dir) / "platform.json").read_text())
         except (OSError, ValueError):
             recorded = {}
-        parts = {"platform": session_rss_bytes(proc.pid)}
+        parts = {"platform": session_memory(proc.pid)}
         if recorded.get("broker_pid"):
-            parts["broker"] = session_rss_bytes(os.getsid(recorded["broker_pid"]))
+            parts["broker"] = session_memory(os.getsid(recorded["broker_pid"]))
         if recorded.get("s3_server_pid"):  # the durable broker's log lives on the embedded S3 server
-            parts["broker's S3 server"] = session_rss_bytes(os.getsid(recorded["s3_server_pid"]))
+            parts["broker's S3 server"] = session_memory(os.getsid(recorded["s3_server_pid"]))
         for name, pid in (recorded.get("airflow_pids") or {}).items():
-            parts[f"airflow {name}"] = session_rss_bytes(pid)
+            parts[f"airflow {name}"] = session_memory(pid)
         for name, control in controls.items():
             try:
                 stream = control.health().pid
-                parts[f"stream job {name}"] = session_rss_bytes(os.getsid(stream)) if stream else 0
+                parts[f"stream job {name}"] = session_memory(os.getsid(stream)) if stream else (0, 0)
             except (OSError, ProcessLookupError):  # a job ending between the look and the count
-                parts[f"stream job {name}"] = 0
+                parts[f"stream job {name}"] = (0, 0)
         return parts
 
-    def sample_the_start() -> None:
-        while not started.is_set() and proc.poll() is None:
-            starting_totals.append(sum(sample().values()))
-            started.wait(2.0)
+    def sample_all_along() -> None:
+        while not stop_sampling.is_set() and proc.poll() is None:
+            samples.append((time.monotonic(), sample()))
+            stop_sampling.wait(2.0)
 
-    sampler = threading.Thread(target=sample_the_start, daemon=True)
+    sampler = threading.Thread(target=sample_all_along, daemon=True)
     sampler.start()
+    running = first_rows = None
     try:
-        healthy = wait(lambda: "Airflow UI at" in log.read_text(), 300, "Airflow")
+        healthy = wait(lambda: "Airflow UI at" in log.read_text(), 300)
+        if healthy is None:
+            raise SystemExit(f"bench_platform: Airflow was not healthy within 300 s (see {log})")
         # Started one after another at the start gate, the last stream may claim its checkpoints minutes in.
-        running = wait(
-            lambda: all(c.health().state == RUNNING for c in controls.values()), args.start_timeout, "the streams"
-        )
-        first_rows = wait(
-            lambda: not without_rows(silvers), args.start_timeout, "silver rows", lambda: without_rows(silvers)
-        )
-        started.set()
-        sampler.join(10)
-        end = time.monotonic() + args.seconds
-        while time.monotonic() < end:
-            samples.append(sample())
-            time.sleep(2.0)
+        running = wait(lambda: all(c.health().state == RUNNING for c in controls.values()), args.start_timeout)
+        if running is not None:
+            first_rows = wait(lambda: not without_rows(silvers), args.start_timeout)
+        if first_rows is not None:
+            time.sleep(args.seconds)
     finally:
-        started.set()
+        stop_sampling.set()
+        sampler.join(10)
         subprocess.run([str(BIN / "tidewater"), "stop", "--timeout", "240"], env=env, timeout=300)
         proc.wait(timeout=60)
 
-    totals = [sum(s.values()) for s in samples]
-    mib = 2**20
+    def after(mark: float | None) -> str:
+        return "not within the wait" if mark is None else f"after {mark - began:.0f} s"
+
     print(f"machine: {os.cpu_count()} cores, {platform.platform()}")
     print(
-        f"pipelines: {', '.join(pipelines)}; Airflow healthy after {healthy - began:.0f} s; "
-        f"streams running after {running - began:.0f} s; "
-        f"first silver rows after {first_rows - began:.0f} s"
+        f"pipelines: {', '.join(pipelines)}; Airflow healthy {after(healthy)}; every stream running {after(running)}; "
+        f"every source's first silver rows {after(first_rows)}"
     )
-    for part in samples[0]:
-        values = [s[part] for s in samples]
-        print(f"  {part:<24} peak {max(values) / mib:7.0f} MiB  mean {statistics.mean(values) / mib:7.0f} MiB")
-    print(
-        f"total RSS over {args.seconds:.0f} s at {args.rate:g} ev/s: peak {max(totals) / mib:.0f} MiB, "
-        f"mean {statistics.mean(totals) / mib:.0f} MiB; "
-        f"while starting: peak {max(starting_totals, default=0) / mib:.0f} MiB"
-    )
+    if first_rows is None:
+        still = without_rows(silvers)
+        print(f"still without silver rows when the bench gave up: {', '.join(still) or 'none'}")
+        whole = [parts for _, parts in samples]
+        print("\n".join(summary(whole, f"memory over the whole run ({len(whole)} samples):")))
+    else:
+        starting = [parts for at, parts in samples if at < first_rows]
+        steady = [parts for at, parts in samples if at >= first_rows]
+        print("\n".join(summary(steady, f"memory over {args.seconds:.0f} s at {args.rate:g} events/s per pipeline:")))
+        if starting:
+            totals = [sum(v[0] for v in parts.values()) for parts in starting]
+            print(f"while starting (to the first silver rows): PSS peak {max(totals) / 2**20:,.0f} MiB")
     misses = {name: connect_back_restarts(control.log_path) for name, control in controls.items()}
     print(
         "queries restarted after a missed connect-back: "

@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from bench_platform import connect_back_restarts, setting_env
+from bench_platform import connect_back_restarts, setting_env, summary
 
 from tidewater.config import Settings
 
@@ -37,3 +37,19 @@ def test_restarts_after_a_missed_connect_back_are_counted_from_the_jobs_log(tmp_
         "WARNING live.ads.bronze_clicks: ...; restarting the query from its checkpoint (1 of 5)\n"
     )
     assert connect_back_restarts(log) == 2
+
+
+def test_memory_summary_gives_each_part_and_the_total_as_pss_and_rss():
+    mib = 2**20
+    samples = [
+        {"platform": (100 * mib, 150 * mib), "stream job rsvps": (1000 * mib, 1500 * mib)},
+        {"platform": (120 * mib, 160 * mib)},  # the job ended between the two samples
+    ]
+    lines = summary(samples, "memory:")
+    assert lines[0] == "memory:"
+    assert (
+        "platform" in lines[1] and "PSS peak    120 MiB  mean    110 MiB" in lines[1] and "RSS peak    160" in lines[1]
+    )
+    assert "stream job rsvps" in lines[2] and "PSS peak   1000 MiB  mean    500 MiB" in lines[2]
+    assert lines[3] == "  total: PSS peak 1,100 MiB, mean 610 MiB; summed RSS peak 1,650 MiB, mean 905 MiB"
+    assert summary([], "memory:") == ["memory: no sample (the platform ended first)"]
