@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -38,6 +39,7 @@ from bench_stream import rss_bytes, session_pss_by_role, session_roles
 
 from tidewater.broker import free_port
 from tidewater.config import Settings
+from tidewater.errors import ConfigError, one_line
 from tidewater.orchestration.supervisor import RUNNING, StreamControl
 from tidewater.pipelines import all_pipelines
 from tidewater.pipelines.layout import PipelineLayout
@@ -124,10 +126,14 @@ def main() -> None:
     exit_on_sigterm()  # a killed bench still stops the platform it started
 
     state = tempfile.mkdtemp(prefix="tidewater-bench-platform-")
-    settings = Settings(state_dir=str(Path(state) / "state"), airflow_port=free_port())
     env = {k: v for k, v in os.environ.items() if not k.startswith("TIDEWATER_")}
     env |= setting_env(args.setting)
-    env |= {"TIDEWATER_STATE_DIR": settings.state_dir, "TIDEWATER_AIRFLOW_PORT": str(settings.airflow_port)}
+    env |= {"TIDEWATER_STATE_DIR": str(Path(state) / "state"), "TIDEWATER_AIRFLOW_PORT": str(free_port())}
+    try:
+        settings = Settings.from_env(env)  # what the platform runs with (its pipelines: TIDEWATER_PIPELINES)
+    except ConfigError as exc:
+        shutil.rmtree(state)
+        raise SystemExit(f"bench_platform: {one_line(exc)}") from None
     log = Path(state) / "platform.log"
     began = time.monotonic()
     with open(log, "wb") as out:
@@ -176,6 +182,7 @@ def main() -> None:
     sampler = threading.Thread(target=sample_all_along, daemon=True)
     sampler.start()
     running = first_rows = None
+    waiting: list[str] = []  # the sources without silver rows when the wait gave up
     try:
         healthy = wait(lambda: "Airflow UI at" in log.read_text(), 300)
         if healthy is None:
@@ -184,6 +191,8 @@ def main() -> None:
         running = wait(lambda: all(c.health().state == RUNNING for c in controls.values()), args.start_timeout)
         if running is not None:
             first_rows = wait(lambda: not without_rows(silvers), args.start_timeout)
+        if first_rows is None:
+            waiting = without_rows(silvers)
         if first_rows is not None:
             time.sleep(args.seconds)
     finally:
@@ -201,8 +210,7 @@ def main() -> None:
         f"every source's first silver rows {after(first_rows)}"
     )
     if first_rows is None:
-        still = without_rows(silvers)
-        print(f"still without silver rows when the bench gave up: {', '.join(still) or 'none'}")
+        print(f"without silver rows when the bench gave up: {', '.join(waiting)}")
         whole = [parts for _, parts in samples]
         print("\n".join(summary(whole, f"memory over the whole run ({len(whole)} samples):")))
     else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -98,7 +99,8 @@ def cmd_platform(args: argparse.Namespace, settings: Settings) -> int:
     from tidewater.broker import DurableBroker, EmbeddedBroker
     from tidewater.orchestration.airflow_env import passwords_file
     from tidewater.orchestration.airflow_local import LocalAirflow
-    from tidewater.orchestration.platform import PlatformState
+    from tidewater.orchestration.platform import PlatformState, crowded_host
+    from tidewater.pipelines import all_pipelines
 
     state = PlatformState(settings)
     state.claim()  # one platform per state folder
@@ -149,6 +151,9 @@ def cmd_platform(args: argparse.Namespace, settings: Settings) -> int:
             print(f"tidewater: admin password (shown once): {airflow.secrets.admin_password}", flush=True)
         print(f"tidewater: admin password kept in {passwords_file(settings)}", flush=True)
         print("tidewater: the supervising DAG starts each pipeline's stream within a minute or two", flush=True)
+        crowded = crowded_host(sorted(all_pipelines(settings)), os.cpu_count())
+        if crowded:
+            print(f"tidewater: warning: {crowded}", flush=True)
         print(f"tidewater: lake at {settings.lake_uri}/{settings.namespace}/", flush=True)
         print("tidewater: Ctrl-C (or ./tw stop) stops everything this command started", flush=True)
 

@@ -154,6 +154,25 @@ class PlatformState:
         return int(pid)
 
 
+# Streaming jobs per core that one host started together (./tw bench platform, 2026-11-28, 2 cores):
+# two pipelines had silver rows after 78 s; five missed Spark's 10 s connect-back window 118 times
+# and two sources still had no silver row after 10 minutes.
+STREAM_JOBS_PER_CORE = 1
+
+
+def crowded_host(pipelines: list[str], cores: int | None) -> str | None:
+    """A warning when the platform would start more streaming jobs (one JVM each) than ``cores``
+    started together when measured; None otherwise."""
+    if not cores or len(pipelines) <= STREAM_JOBS_PER_CORE * cores:
+        return None
+    fewer = ",".join(pipelines[: STREAM_JOBS_PER_CORE * cores])
+    return (
+        f"{len(pipelines)} streaming jobs (one JVM each) on {cores} cores: measured on such a host, their Python "
+        "workers miss Spark's 10 s connect-back window, the jobs restart, and some sources get no silver rows "
+        f"for many minutes; run fewer, e.g. TIDEWATER_PIPELINES={fewer}"
+    )
+
+
 class GeneratorThread(threading.Thread):
     """One pipeline's sample events, produced to its topic at ``rate`` in real time until ``stop``.
 
