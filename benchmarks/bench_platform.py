@@ -193,7 +193,7 @@ def main() -> None:
             first_rows = wait(lambda: not without_rows(silvers), args.start_timeout)
         if first_rows is None:
             waiting = without_rows(silvers)
-        if first_rows is not None:
+        else:
             time.sleep(args.seconds)
     finally:
         stop_sampling.set()
