@@ -22,7 +22,7 @@ def test_a_card_id_is_fixed_by_seed_and_index() -> None:
 def test_a_high_rate_draws_from_a_pool_it_never_builds() -> None:
     """At 100k events/s (a benchmark's backlog) the pool is 120M cards; payments draw from all of it
     without a list of them: the tuple of ids it once was took a producer process to 10.7 GB."""
-    config = GeneratorConfig(seed=5, rate=100_000, start_time_ms=T0, malformed_rate=0.0)
+    config = GeneratorConfig(seed=5, rate=100_000, start_time_ms=T0)
     assert cards_for(config.members, config.rate) == 120_000_000
     tracemalloc.start()
     try:
@@ -30,7 +30,7 @@ def test_a_high_rate_draws_from_a_pool_it_never_builds() -> None:
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    cards = [json.loads(r.value)["card_id"] for r in records if r.kind != "malformed"]
+    cards = [json.loads(r.value)["card_id"] for r in records]
     # ordinary cards of a 120M pool hardly ever pay twice; a compromised card pays in bursts (3%)
     assert len(set(cards)) > 0.9 * len(cards)
     assert peak < 32 << 20, f"{peak / 2**20:.0f} MiB to generate 2,000 payments"
