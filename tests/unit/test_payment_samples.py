@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 import tracemalloc
-from itertools import islice
 
 from tidewater.pipelines.payments.samples import SAMPLE_EVENTS, card_id, cards_for
 from tidewater.pipelines.samples import GeneratorConfig, generate
@@ -26,7 +25,7 @@ def test_a_high_rate_draws_from_a_pool_it_never_builds() -> None:
     assert cards_for(config.members, config.rate) == 120_000_000
     tracemalloc.start()
     try:
-        records = list(islice(generate(config, 2_000, SAMPLE_EVENTS), 2_000))
+        records = list(generate(config, 2_000, SAMPLE_EVENTS))
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
