@@ -288,12 +288,23 @@ def test_overwrite_with_partition_filters_replaces_exactly_that_partition(table:
     assert not again.committed and table.version() == result.version
 
 
+def test_append_arrow_commits_once_and_reports_its_version(table: LakeTable) -> None:
+    """The version a driver-side append reports is the one the log ends at; a replay is skipped."""
+    source = pa.Table.from_batches([make_batch([1, 2])])
+    first = table.append_arrow(source, app_id="a", batch_id=0)
+    assert first.committed and first.rows == 2 and first.version == DeltaTable(table.uri).version() == 1
+    assert table.append_arrow(source, app_id="a", batch_id=0) == type(first)(False, 1)
+    assert not table.append_arrow(source.slice(0, 0), app_id="a", batch_id=1).committed  # nothing to commit
+    assert ids(table.uri) == [1, 2]
+
+
 def test_merge_upserts(table: LakeTable) -> None:
     """merge on id: matched rows are updated, new ones inserted; a replayed batch id is skipped."""
     append(table, make_batch([1, 2, 3]))
     source = pa.Table.from_batches([make_batch([2, 4], name="upd")])
     result = table.merge(source, keys=["id"], app_id="m", batch_id=0)
     assert result.committed and result.rows == 2
+    assert result.version == DeltaTable(table.uri).version() == 2  # the version the log ends at now
     assert [(r["id"], r["name"]) for r in rows(table.uri)] == [(1, "n1"), (2, "upd2"), (3, "n3"), (4, "upd4")]
     replay = table.merge(source, keys=["id"], app_id="m", batch_id=0)
     assert not replay.committed and replay.version == result.version
@@ -328,6 +339,7 @@ def test_replace_where(table: LakeTable) -> None:
     source = pa.Table.from_batches([make_batch([30], DAY2, name="r")])
     result = table.replace_where(source, "day = '2026-11-21'", app_id="rw", batch_id=7)
     assert result.committed and table.committed_version("rw") == 7
+    assert result.version == DeltaTable(table.uri).version() == 3
     assert [(r["id"], r["name"]) for r in rows(table.uri)] == [(1, "n1"), (2, "n2"), (30, "r30")]
     assert not table.replace_where(source, "day = '2026-11-21'", app_id="rw", batch_id=7).committed
 

@@ -259,7 +259,7 @@ class LakeTable:
             partition_filters=partition_filters,
             commit_properties=self._commit_properties(app_id, batch_id, metadata),
         )
-        table.update_incremental()
+        table.update_incremental()  # unlike a write or a merge, a transaction leaves ``table`` where it was
         rows = sum(json.loads(a["stats"]).get("numRecords", 0) for a in actions)
         return CommitResult(True, int(table.version()), len(adds), rows)
 
@@ -317,8 +317,7 @@ class LakeTable:
             merger = merger.when_matched_update(updates={f"`{c}`": f"s.`{c}`" for c in kept}, predicate=only_upserts)
         merger.when_not_matched_insert(
             updates={f"`{c}`": f"s.`{c}`" for c in columns}, predicate=only_upserts
-        ).execute()
-        table.update_incremental()
+        ).execute()  # updates ``table`` to the version it committed: no second read of the log
         return CommitResult(True, int(table.version()), rows=source.num_rows)
 
     def append_arrow(
@@ -338,8 +337,7 @@ class LakeTable:
             source,
             mode="append",
             commit_properties=self._commit_properties(app_id, batch_id, metadata),
-        )
-        table.update_incremental()
+        )  # delta-rs updates ``table`` to the version it committed
         return CommitResult(True, int(table.version()), rows=source.num_rows)
 
     def replace_where(
@@ -361,8 +359,7 @@ class LakeTable:
             mode="overwrite",
             predicate=predicate,
             commit_properties=self._commit_properties(app_id, batch_id, metadata),
-        )
-        table.update_incremental()
+        )  # delta-rs updates ``table`` to the version it committed
         return CommitResult(True, int(table.version()), rows=source.num_rows)
 
     def _prepare_arrow_write(
