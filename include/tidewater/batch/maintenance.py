@@ -7,7 +7,9 @@ Why each step:
   a ``dataChange=false`` commit: the Delta stream sources ignore it (no row is re-read
   downstream) and the rows, and every app transaction, stay as they were. It runs partition by
   partition, each in its own short lock hold, so a stream micro-batch waiting on the lock never
-  waits for a whole table's rewrite.
+  waits for a whole table's rewrite. Between runs the stream writers compact their tables' recent
+  files to 16 MiB (:class:`tidewater.lake.compaction.StreamCompaction`); this packs those to the
+  table's own target size. The plan and the rewrite are :mod:`tidewater.lake.compaction`'s.
 * **Vacuum** (``vacuum``, full mode): deletes the files compaction and replacements removed once
   they are older than the retention, and staged files of micro-batches that were never committed
   (see :mod:`tidewater.lake.files`). Time travel to versions older than the retention stops
@@ -48,7 +50,7 @@ from deltalake.transaction import CommitProperties
 
 from tidewater.config import Settings
 from tidewater.errors import ConfigError, LakePathError, TidewaterError
-from tidewater.lake.files import partition_value_text
+from tidewater.lake.compaction import compact_partition, compaction_plan, describe, target_file_size
 from tidewater.lake.locks import WriterLock
 from tidewater.lake.storage import filesystem
 from tidewater.lake.tables import LakeTable, add_actions
@@ -62,7 +64,6 @@ log = logging.getLogger(__name__)
 LEDGER = "corrections"
 AUDITS = "audits"
 _ABSENT = {LEDGER: "no corrections ledger yet", AUDITS: "no audit table yet"}
-DEFAULT_TARGET_FILE_SIZE = 104_857_600  # delta-rs' default when delta.targetFileSize is not set
 DEFAULT_DELETED_FILE_RETENTION = timedelta(days=7)  # Delta's default delta.deletedFileRetentionDuration
 _JSON_FILE_LIST_LIMIT = 100  # vacuum lists in to_json(): enough to look at, small enough for an XCom
 
@@ -175,7 +176,7 @@ def check_retention(uri: str, retention_hours: int, configured: timedelta, *, al
     return warning
 
 
-# ---- compaction plan -------------------------------------------------------------------------------
+# ---- snapshot figures -------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -189,37 +190,6 @@ def _snapshot(table: DeltaTable) -> _Snapshot:
     actions = add_actions(table)
     size = sum(actions.column("size_bytes").to_pylist()) if actions.num_rows else 0
     return _Snapshot(int(table.version()), actions.num_rows, int(size))
-
-
-def target_file_size(table: DeltaTable, override: int | None = None) -> int:
-    if override:
-        return override
-    configured = table.metadata().configuration.get("delta.targetFileSize")
-    return int(configured) if configured and configured.isdigit() else DEFAULT_TARGET_FILE_SIZE
-
-
-def compaction_plan(table: DeltaTable, target_size: int) -> list[tuple[dict[str, str | None], int]]:
-    """Partitions worth compacting: those with two or more files below the target size (what delta-rs
-    would bin together), as (partition values, number of small files), largest first."""
-    actions = add_actions(table)
-    columns = [c for c in actions.column_names if c.startswith("partition.")]
-    small: dict[tuple[tuple[str, str | None], ...], int] = {}
-    for row in actions.select(["size_bytes", *columns]).to_pylist():
-        if int(row["size_bytes"]) >= target_size:
-            continue
-        key = tuple((c.removeprefix("partition."), partition_value_text(row[c])) for c in columns)
-        small[key] = small.get(key, 0) + 1
-    plan = [(dict(key), count) for key, count in small.items() if count >= 2]
-    return sorted(plan, key=lambda item: -item[1])
-
-
-def _partition_filters(values: dict[str, str | None]) -> list[tuple[str, str, Any]] | None:
-    # delta-rs cannot encode None in a filter; "" selects the null partition (Delta's null value).
-    return [(column, "=", "" if value is None else value) for column, value in values.items()] or None
-
-
-def _describe(values: dict[str, str | None]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in values.items()) or "whole table"
 
 
 # ---- the steps -------------------------------------------------------------------------------------
@@ -255,16 +225,14 @@ class _Maintenance:
         """Compact each planned partition in its own lock hold; (partitions, files removed, files added)."""
         partitions = removed = added = 0
         for values, _ in plan:
-            with self.locked(f"compact {_describe(values)}") as table:
-                metrics = table.optimize.compact(
-                    partition_filters=_partition_filters(values),
-                    target_size=target_size,
-                    commit_properties=self.commit_properties("compact"),
+            with self.locked(f"compact {describe(values)}") as table:
+                gone, new = compact_partition(
+                    table, values, target_size=target_size, commit_properties=self.commit_properties("compact")
                 )
-            if metrics.get("numFilesRemoved", 0):
+            if gone:
                 partitions += 1
-                removed += int(metrics["numFilesRemoved"])
-                added += int(metrics.get("numFilesAdded", 0))
+                removed += gone
+                added += new
         return partitions, removed, added
 
     def vacuum_listing(self, table: DeltaTable, retention_hours: int, enforce: bool) -> list[str]:

@@ -38,6 +38,7 @@ from tidewater.connectors.kafka_publish import BatchPublisher
 from tidewater.connectors.kafka_source import source_options
 from tidewater.errors import TidewaterError, one_line
 from tidewater.generator.producer import ensure_topic
+from tidewater.lake.compaction import StreamCompaction
 from tidewater.lake.lock_options import lock_options
 from tidewater.lake.tables import LakeTable, check_lake_root
 from tidewater.pipelines.base import Delivery, GoldQuery, GoldTable, Pipeline, Source
@@ -247,6 +248,7 @@ class PipelineStreams:
                 query=self.query_name(pipeline.query_of(source, "silver")),
                 locks={t: layout.lock(table) for t, table in tables.items()},
                 index_max_keys=self.settings.dedup_index_max_keys,
+                compaction=self.compaction(name),
             )
 
         bronze_lock = layout.lock(pipeline.table_of(source, "bronze"))
@@ -285,6 +287,7 @@ class PipelineStreams:
         each table the query writes."""
         assert self.spark is not None and tier.gold is not None
         query = tier.gold
+        compaction = self.compaction(name)
         writers = [
             GoldWriter(
                 gold,
@@ -293,6 +296,7 @@ class PipelineStreams:
                 query=name,
                 lock=self.layout.lock(f"gold/{gold.name}"),
                 publisher=self._publisher(gold, checkpoint.app_id),
+                compaction=compaction,
             )
             for gold in query.tables
         ]
@@ -301,6 +305,14 @@ class PipelineStreams:
         mode = query.tables[0].output_mode
         batch_writer = SharedGoldWriter(writers, query=name) if query.shared else writers[0]
         return rows.writeStream.outputMode(mode).foreachBatch(batch_writer)
+
+    def compaction(self, query: str) -> StreamCompaction:
+        """A query's compaction of the tables it commits to (off with TIDEWATER_STREAM_COMPACTION_FILES=0)."""
+        return StreamCompaction(
+            every=self.settings.stream_compaction_files,
+            target_size=self.settings.stream_compaction_target_bytes,
+            query=query,
+        )
 
     def _publisher(self, gold: GoldTable, app_id: str) -> BatchPublisher | None:
         """The Kafka publisher of a published gold table (its topics created if missing). Its

@@ -23,6 +23,7 @@ from tidewater import dedup, faults, phase_clock, transforms
 from tidewater.connectors.kafka_publish import BatchPublisher, rows_to_records
 from tidewater.errors import TidewaterError, one_line
 from tidewater.lake import writes
+from tidewater.lake.compaction import StreamCompaction
 from tidewater.lake.key_index import DEFAULT_MAX_KEYS, KeyIndex
 from tidewater.lake.locks import WriterLock, holding
 from tidewater.lake.tables import CommitResult, LakeTable
@@ -93,6 +94,7 @@ class SilverWriter:
         query: str,
         locks: dict[str, WriterLock] | None = None,
         index_max_keys: int = DEFAULT_MAX_KEYS,
+        compaction: StreamCompaction | None = None,
     ):
         self.source = source
         self.silver = silver
@@ -103,6 +105,7 @@ class SilverWriter:
         self.query = query  # the label of this step ("<namespace>.<pipeline>.silver") in logs and faults
         self.locks = locks or {}
         self.handled = HandledBatches(app_id)
+        self.compaction = compaction or StreamCompaction(every=0)
 
     def __call__(
         self, bronze_batch: DataFrame, batch_id: int, *, before_commits: Callable[[], object] | None = None
@@ -160,12 +163,18 @@ class SilverWriter:
         meta = {"tidewater.query": self.query, "tidewater.batch_id": batch_id}
         label = f"{self.query} batch {batch_id}"
         if not done["quarantine"] and rejected.num_rows:
-            with phase_clock.phase("quarantine append"), holding(self.locks.get("quarantine"), label):
-                self.quarantine.append_arrow(rejected, app_id=self.app_id, batch_id=batch_id, metadata=meta)
+            with holding(self.locks.get("quarantine"), label):
+                with phase_clock.phase("quarantine append"):
+                    result = self.quarantine.append_arrow(
+                        rejected, app_id=self.app_id, batch_id=batch_id, metadata=meta
+                    )
+                self.compaction.after_commit(self.quarantine, result)
         if not self.source.deduplicate:  # at-least-once: every valid copy, no key lookup
             if not done["silver"]:
-                with phase_clock.phase("silver append"), holding(self.locks.get("silver"), label):
-                    self.silver.append_arrow(valid, app_id=self.app_id, batch_id=batch_id, metadata=meta)
+                with holding(self.locks.get("silver"), label):
+                    with phase_clock.phase("silver append"):
+                        result = self.silver.append_arrow(valid, app_id=self.app_id, batch_id=batch_id, metadata=meta)
+                    self.compaction.after_commit(self.silver, result)
         elif not (done["silver"] and done["conflicts"]):
             key = self.source.key
             with holding(self.locks.get("silver"), label):
@@ -176,13 +185,18 @@ class SilverWriter:
                         valid, existing, key=key, compared=self.source.compared_columns, at=dt.datetime.now(dt.UTC)
                     )
                 if not done["conflicts"] and resolution.conflicts.num_rows:
-                    with phase_clock.phase("conflicts append"), holding(self.locks.get("conflicts"), label):
-                        self.conflicts.append_arrow(
-                            resolution.conflicts, app_id=self.app_id, batch_id=batch_id, metadata=meta
-                        )
+                    with holding(self.locks.get("conflicts"), label):
+                        with phase_clock.phase("conflicts append"):
+                            result = self.conflicts.append_arrow(
+                                resolution.conflicts, app_id=self.app_id, batch_id=batch_id, metadata=meta
+                            )
+                        self.compaction.after_commit(self.conflicts, result)
                 if not done["silver"]:
                     with phase_clock.phase("silver append"):
-                        self.silver.append_arrow(resolution.fresh, app_id=self.app_id, batch_id=batch_id, metadata=meta)
+                        result = self.silver.append_arrow(
+                            resolution.fresh, app_id=self.app_id, batch_id=batch_id, metadata=meta
+                        )
+                    self.compaction.after_commit(self.silver, result)
             if resolution.duplicates or resolution.conflicts.num_rows:
                 log.info(
                     "%s: %d re-sent copies dropped, %d conflicting copies recorded",
@@ -318,6 +332,7 @@ class BronzeSilverWriter:
         self.app_id = app_id
         self.query = query
         self.lock = lock
+        self.compaction = silver.compaction  # one count per table, whichever writer commits it
 
     def __call__(self, kafka_batch: DataFrame, batch_id: int) -> None:
         with phase_clock.batch(self.query, batch_id):
@@ -391,8 +406,12 @@ class BronzeCommit:
         meta = {"tidewater.query": writer.query, "tidewater.batch_id": batch_id}
         try:
             label = f"{writer.query} batch {batch_id}"
-            with self._timed(), holding(writer.lock, label), phase_clock.phase("commit"):
-                self._result = writer.bronze.append_arrow(rows, app_id=writer.app_id, batch_id=batch_id, metadata=meta)
+            with self._timed(), holding(writer.lock, label):
+                with phase_clock.phase("commit"):
+                    self._result = writer.bronze.append_arrow(
+                        rows, app_id=writer.app_id, batch_id=batch_id, metadata=meta
+                    )
+                writer.compaction.after_commit(writer.bronze, self._result)
         except BaseException as exc:  # raised where the batch waits for it
             self._error = exc
 
@@ -432,6 +451,7 @@ class GoldWriter:
         query: str,
         lock: WriterLock | None = None,
         publisher: BatchPublisher | None = None,
+        compaction: StreamCompaction | None = None,
     ):
         self.gold = gold
         self.table = table
@@ -440,6 +460,7 @@ class GoldWriter:
         self.lock = lock
         self.publisher = publisher
         self.handled = HandledBatches(app_id)
+        self.compaction = compaction or StreamCompaction(every=0)
 
     def __call__(self, updates: DataFrame, batch_id: int) -> None:
         with phase_clock.batch(self.query, batch_id):
@@ -477,10 +498,11 @@ class GoldWriter:
             if not held:
                 with phase_clock.phase("merge"):
                     try:
-                        self.table.merge(rows, **self._merge_options(batch_id))
+                        result = self.table.merge(rows, **self._merge_options(batch_id))
                     except BaseException:
                         self.handled.forget()  # the MERGE may have landed, or not: the next batch asks
                         raise
+                self.compaction.after_commit(self.table, result)
             self.handled.handled([self.table], batch_id)
         faults.after_commit(self.query, batch_id)
         if self.publisher is None:
