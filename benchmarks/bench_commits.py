@@ -9,14 +9,17 @@ compaction off (``TIDEWATER_STREAM_COMPACTION_FILES=0``: the maintenance DAG alo
 with the given settings, and prints, at each step of ``--at``, the median and p95 of the last 50
 commits and the live files; then the compaction rounds (how many, their median and longest time) and
 each run's total. No Spark and no broker: this is the driver-side cost a trigger pays to commit.
+``--store s3`` puts the tables on an embedded S3 server (SeaweedFS, as the cluster profile's lake)
+instead of the local file system, whose listing of ``_delta_log`` reads every entry.
 
     .venv/bin/python benchmarks/bench_commits.py [--commits 6000] [--rows 2000] [--every 100]
-        [--target-mb 16] [--at 500,1000,2000,4000,6000]
+        [--target-mb 16] [--at 500,1000,2000,4000,6000] [--store local|s3]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import os
 import platform
@@ -28,8 +31,10 @@ from pathlib import Path
 import pyarrow as pa
 
 from tidewater.generator.events import GeneratorConfig, generate, parse_ts
+from tidewater.lake import storage
 from tidewater.lake.compaction import StreamCompaction
 from tidewater.lake.tables import LakeTable
+from tidewater.s3server import S3Server
 
 SCHEMA = pa.schema(
     [
@@ -74,10 +79,8 @@ def batches(rows: int, distinct: int = 20) -> list[pa.Table]:
     return out
 
 
-def run(
-    root: Path, label: str, compaction: StreamCompaction, data: list[pa.Table], commits: int, at: list[int]
-) -> None:
-    table = LakeTable((root / label).as_uri())
+def run(root: str, label: str, compaction: StreamCompaction, data: list[pa.Table], commits: int, at: list[int]) -> None:
+    table = LakeTable(f"{root}/{label.replace(' ', '-').replace(',', '')}")
     table.ensure(SCHEMA, partition_by=["ingest_date"])
     times: list[float] = []
     rounds: list[float] = []
@@ -112,6 +115,7 @@ def main() -> None:
     parser.add_argument("--every", type=int, default=100, help="TIDEWATER_STREAM_COMPACTION_FILES")
     parser.add_argument("--target-mb", type=int, default=16, help="TIDEWATER_STREAM_COMPACTION_TARGET_BYTES in MiB")
     parser.add_argument("--at", default="500,1000,2000,4000,6000")
+    parser.add_argument("--store", choices=["local", "s3"], default="local")
     args = parser.parse_args()
     if args.commits < WINDOW or args.every < 1 or args.rows < 1:
         parser.error(f"--commits must be at least {WINDOW}, --every and --rows at least 1")
@@ -122,8 +126,16 @@ def main() -> None:
     )
     data = batches(args.rows)
     print(f"a batch: {data[0].num_rows} rows, {data[0].nbytes / 1e6:.2f} MB in Arrow")
-    with tempfile.TemporaryDirectory(prefix="tw-bench-commits-") as tmp:
-        root = Path(tmp)
+    with tempfile.TemporaryDirectory(prefix="tw-bench-commits-") as tmp, contextlib.ExitStack() as stack:
+        root = Path(tmp).as_uri()
+        if args.store == "s3":
+            server = stack.enter_context(S3Server(Path(tmp) / "s3", buckets=["bench"]))
+            os.environ.update(
+                server.env(), TIDEWATER_S3_ENDPOINT_URL=server.endpoint_url, TIDEWATER_S3_ALLOW_HTTP="true"
+            )
+            storage.reset_cache()
+            root = "s3://bench/tables"
+        print(f"store: {root}")
         run(root, "compaction off", StreamCompaction(every=0), data, args.commits, at)
         on = StreamCompaction(every=args.every, target_size=args.target_mb << 20, query="bench")
         run(root, f"compaction every {args.every} commits, {args.target_mb} MiB", on, data, args.commits, at)

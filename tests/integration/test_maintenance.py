@@ -146,6 +146,33 @@ def test_compaction_keeps_rows_is_no_data_change_and_checkpoints(layout: Pipelin
     assert again.version_after == again.version_before == result.version_after
 
 
+def test_maintenance_deletes_expired_log_files(layout: PipelineLayout) -> None:
+    """The writers leave expired log files (tidewater.lake.tables.POST_COMMIT_HOOKS); maintenance
+    deletes those older than delta.logRetentionDuration and its new checkpoint, and reports the log's
+    size before and after; the table and the stream's app transaction read as before."""
+    layout.table("bronze").ensure(BRONZE_SCHEMA, partition_by=("ingest_date",))
+    # Set first: this commit has delta-rs' default hooks, which would delete the expired files themselves.
+    DeltaTable(layout.table_uri("bronze")).alter.set_table_properties(
+        {"delta.logRetentionDuration": "interval 0 seconds"}
+    )
+    bronze = make_bronze(layout, commits=25)
+    log_dir = local_path(bronze.uri) / "_delta_log"
+    before_rows = content(bronze)
+    assert len(list(log_dir.glob("*.json"))) == bronze.version() + 1  # the commits deleted none
+
+    result = maintain_table(layout, "bronze", retention_hours=168, run_id="maint-logs")
+
+    remaining = sorted(int(p.name[:20]) for p in log_dir.glob("*.json"))
+    assert remaining[0] > 0 and result.checkpoint_version is not None, remaining
+    assert remaining[0] <= result.checkpoint_version  # what the newest checkpoint needs stays
+    # every commit before the run, the checkpoint of version 19 and _last_checkpoint
+    assert result.log_files_before == (result.version_before or 0) + 1 + 2
+    assert result.log_files_after == len(list(log_dir.iterdir())) < result.log_files_before
+    assert json.loads(result.to_json())["log_files_after"] == result.log_files_after
+    assert content(bronze) == before_rows
+    assert bronze.committed_version(APP_ID) == 24
+
+
 # ---- vacuum ------------------------------------------------------------------------------------------
 
 

@@ -19,9 +19,12 @@ Why each step:
   running right now - the table lock cannot protect those (executors write them before the driver
   takes the lock to commit).
 * **Checkpoint** (``create_checkpoint``): readers then load the snapshot from one Parquet file
-  instead of replaying every JSON commit. ``cleanup_metadata`` (optional) deletes JSON commits
-  older than ``delta.logRetentionDuration`` (30 days); a Delta stream lagging further than that
-  could no longer follow the table, hence off by default.
+  instead of replaying every JSON commit. Then ``cleanup_metadata`` deletes the log files older
+  than ``delta.logRetentionDuration`` (30 days) and than the newest checkpoint: time travel and a
+  Delta stream lagging further than that stop working, as Delta has it. delta-rs would do that
+  after every commit, listing the whole log each time (see ``POST_COMMIT_HOOKS`` in
+  :mod:`tidewater.lake.tables`); tidewater's writers leave it to this step, once a run. (delta-rs'
+  OPTIMIZE cleans up after its commit whatever it is told, so a compaction does it too.)
 
 Every step that writes runs holding the table's lock (:mod:`tidewater.lake.locks`), the one the
 streaming writer holds for each micro-batch commit, so maintenance waits for a commit in flight
@@ -44,6 +47,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+import pyarrow.fs as pafs
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 from deltalake.transaction import CommitProperties
@@ -53,7 +57,7 @@ from tidewater.errors import ConfigError, LakePathError, TidewaterError
 from tidewater.lake.compaction import compact_partition, compaction_plan, describe, target_file_size
 from tidewater.lake.locks import WriterLock
 from tidewater.lake.storage import filesystem
-from tidewater.lake.tables import LakeTable, add_actions
+from tidewater.lake.tables import POST_COMMIT_HOOKS, LakeTable, add_actions
 from tidewater.pipelines import get_pipeline
 from tidewater.pipelines.base import Pipeline
 from tidewater.pipelines.layout import PipelineLayout
@@ -91,6 +95,8 @@ class MaintenanceResult:
     files_written: int = 0  # files compaction wrote
     vacuum_files: tuple[str, ...] = ()  # deleted by vacuum (in a dry run: would be deleted)
     vacuum_bytes: int = 0
+    log_files_before: int = 0  # entries of _delta_log (commits, checkpoints), before and after the run
+    log_files_after: int = 0
     version_before: int | None = None
     version_after: int | None = None
     checkpoint_version: int | None = None
@@ -258,15 +264,21 @@ class _Maintenance:
                 enforce_retention_duration=enforce,
                 full=True,
                 commit_properties=self.commit_properties("vacuum"),
+                post_commithook_properties=POST_COMMIT_HOOKS,
             )
         return list(deleted), sum(sizes.get(path, 0) for path in deleted)
 
-    def checkpoint(self, cleanup_logs: bool) -> int:
+    def checkpoint(self) -> int:
+        """A log checkpoint, then the expired log files deleted (see the module's docstring)."""
         with self.locked("checkpoint") as table:
             table.create_checkpoint()
-            if cleanup_logs:
-                table.cleanup_metadata()
+            table.cleanup_metadata()
             return int(table.version())
+
+
+def _log_files(uri: str) -> int:
+    fs, root = filesystem(uri)
+    return len(fs.get_file_info(pafs.FileSelector(f"{root}/_delta_log", allow_not_found=True)))
 
 
 def _sizes(uri: str, relative_paths: list[str]) -> dict[str, int]:
@@ -283,7 +295,6 @@ def maintain_table(
     run_id: str,
     dry_run: bool = False,
     allow_short_retention: bool = False,
-    cleanup_logs: bool = False,
     target_size: int | None = None,
 ) -> MaintenanceResult:
     """Compact, vacuum and checkpoint one table of ``layout`` (or ``"corrections"``, the ledger, or
@@ -329,9 +340,10 @@ def maintain_table(
         )
         log.info("maintenance dry run of %s: %s", lake.uri, dry.to_json())
         return dry
+    logs_before = _log_files(lake.uri)
     partitions, removed, added = work.compact(plan, size)
     vacuumed, vacuum_bytes = work.vacuum(retention_hours, enforce)
-    checkpoint = work.checkpoint(cleanup_logs)
+    checkpoint = work.checkpoint()
     after = _snapshot(lake.open())
     result = MaintenanceResult(
         status="maintained",
@@ -347,6 +359,8 @@ def maintain_table(
         version_before=before.version,
         version_after=after.version,
         checkpoint_version=checkpoint,
+        log_files_before=logs_before,
+        log_files_after=_log_files(lake.uri),
         lock_wait_s=round(work.lock_wait_s, 3),
         duration_s=round(time.monotonic() - started, 3),
         **common,
@@ -364,7 +378,6 @@ def maintain_pipeline(
     retention_hours: int | None = None,
     dry_run: bool = False,
     allow_short_retention: bool = False,
-    cleanup_logs: bool = False,
     raise_on_failure: bool = True,
 ) -> list[MaintenanceResult]:
     """Maintain every table of a pipeline in a namespace, then its corrections ledger: one result each.
@@ -393,7 +406,6 @@ def maintain_pipeline(
                 run_id=run_id,
                 dry_run=dry_run,
                 allow_short_retention=allow_short_retention,
-                cleanup_logs=cleanup_logs,
             )
         except TidewaterError as exc:
             uri = _target(layout, name)[0].uri

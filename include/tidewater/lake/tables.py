@@ -23,7 +23,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import DeltaError, TableNotFoundError
-from deltalake.transaction import AddAction, CommitProperties, Transaction
+from deltalake.transaction import AddAction, CommitProperties, PostCommitHookProperties, Transaction
 
 from tidewater.errors import LakePathError
 from tidewater.lake.files import HIVE_NULL
@@ -36,6 +36,16 @@ DEFAULT_TABLE_CONFIGURATION = {
     "delta.enableDeletionVectors": "false",
     "delta.checkpointInterval": "20",
 }
+
+
+# What delta-rs does after each commit of ours: a log checkpoint every ``delta.checkpointInterval``
+# commits, but not its expired-log cleanup, which by default runs after *every* commit and lists the
+# whole ``_delta_log`` to find what it may delete: a cost that grows with every commit the table ever
+# made (the log keeps 30 days, 86,400 commits a day at a 1 s trigger). Measured, delta-rs 1.6, 200-row
+# appends, p50: 9.6 ms at 100 commits either way; at 3,000 commits 47-53 ms with it, 28 ms without (local
+# files); on S3 (SeaweedFS) 24 -> 55 ms from 100 to 1,600 commits with it, 19 -> 27 ms without. The
+# maintenance DAG deletes expired log files once a run instead (tidewater.batch.maintenance).
+POST_COMMIT_HOOKS = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
 
 
 @dataclass(frozen=True)
@@ -258,6 +268,7 @@ class LakeTable:
             partition_by=table.metadata().partition_columns or None,
             partition_filters=partition_filters,
             commit_properties=self._commit_properties(app_id, batch_id, metadata),
+            post_commithook_properties=POST_COMMIT_HOOKS,
         )
         table.update_incremental()  # unlike a write or a merge, a transaction leaves ``table`` where it was
         rows = sum(json.loads(a["stats"]).get("numRecords", 0) for a in actions)
@@ -307,6 +318,7 @@ class LakeTable:
             source_alias="s",
             target_alias="t",
             commit_properties=self._commit_properties(app_id, batch_id, metadata),
+            post_commithook_properties=POST_COMMIT_HOOKS,
         )
         columns = [c for c in source.schema.names if c != _DELETE]
         only_upserts = f"NOT s.`{_DELETE}`" if deleting else None
@@ -337,6 +349,7 @@ class LakeTable:
             source,
             mode="append",
             commit_properties=self._commit_properties(app_id, batch_id, metadata),
+            post_commithook_properties=POST_COMMIT_HOOKS,
         )  # delta-rs updates ``table`` to the version it committed
         return CommitResult(True, int(table.version()), rows=source.num_rows)
 
@@ -359,6 +372,7 @@ class LakeTable:
             mode="overwrite",
             predicate=predicate,
             commit_properties=self._commit_properties(app_id, batch_id, metadata),
+            post_commithook_properties=POST_COMMIT_HOOKS,
         )  # delta-rs updates ``table`` to the version it committed
         return CommitResult(True, int(table.version()), rows=source.num_rows)
 
