@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
+from tidewater.lake.files import write_data_files
 from tidewater.lake.tables import LakeTable
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
@@ -32,12 +33,15 @@ def commits_in_log(table: LakeTable) -> int:
     return len(list((Path(table.uri.removeprefix("file://")) / "_delta_log").glob("*.json")))
 
 
-@pytest.mark.parametrize("operation", ["append_arrow", "merge"])
+@pytest.mark.parametrize("operation", ["append_arrow", "merge", "commit_files"])
 def test_our_commits_keep_expired_log_files(tmp_path: Path, operation: str) -> None:
     ours, theirs = expiring(tmp_path / "ours"), expiring(tmp_path / "theirs")
     for batch_id in range(1, COMMITS + 1):
         if operation == "merge":
             ours.merge(rows(batch_id), keys=["id"], app_id="q", batch_id=batch_id)
+        elif operation == "commit_files":  # files staged as executors write them, then one transaction
+            staged = write_data_files(ours.uri, rows(batch_id).to_batches(), schema=SCHEMA)
+            ours.commit_files(staged, app_id="q", batch_id=batch_id)
         else:
             ours.append_arrow(rows(batch_id), app_id="q", batch_id=batch_id)
         write_deltalake(DeltaTable(theirs.uri), rows(batch_id), mode="append")  # delta-rs' default hooks
