@@ -337,7 +337,8 @@ class Settings:
     dedup_index_max_keys: int = setting(8_000_000, Range(ge=0, le=10**10))
     # Every this many commits of a table, a stream writer compacts its partitions holding at least as many
     # files below stream_compaction_target_bytes (tidewater.lake.compaction); 0: only the maintenance DAG
-    # compacts. A delta-rs commit grows ~10 us per live file: a 1 s trigger adds 86,400 files a day.
+    # compacts. A 1 s trigger adds 86,400 files a day per table, and every commit and read pays for them
+    # (benchmarks/bench_commits.py).
     stream_compaction_files: int = setting(100, Range(ge=0, le=1_000_000))
     stream_compaction_target_bytes: int = setting(16 << 20, Range(ge=1 << 20, le=1 << 40))
     # False: the bronze query also writes silver from the same micro-batch (lower latency).
