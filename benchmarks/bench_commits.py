@@ -30,21 +30,20 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from tidewater.connectors.kafka_client import RECORD_SCHEMA
 from tidewater.generator.events import GeneratorConfig, generate, parse_ts
 from tidewater.lake import storage
 from tidewater.lake.compaction import StreamCompaction
 from tidewater.lake.tables import LakeTable
 from tidewater.s3server import S3Server
 
+# Bronze's columns that size a file: the Kafka record's (their types from the reader's own schema), the
+# Kafka timestamp and the ingest-date partition.
 SCHEMA = pa.schema(
     [
-        ("key", pa.binary()),
-        ("value", pa.binary()),
-        ("topic", pa.string()),
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-        ("kafka_timestamp", pa.timestamp("us", "UTC")),
-        ("ingest_date", pa.date32()),
+        *(RECORD_SCHEMA.field(name) for name in ("key", "value", "topic", "partition", "offset")),
+        RECORD_SCHEMA.field("timestamp").with_name("kafka_timestamp"),
+        pa.field("ingest_date", pa.date32()),
     ]
 )
 TODAY = dt.date(2026, 11, 28)

@@ -151,20 +151,22 @@ class StreamCompaction:
         it failed."""
         if not self.enabled or not result.committed:
             return None
-        count = self._commits.get(table.uri, self.every - self.commits_to_first_round(table)) + 1
-        if count < self.every:
-            self._commits[table.uri] = count
+        done = self._commits.get(table.uri)
+        if done is None:  # this table's first commit here: start it where its first round falls
+            done = self.every - self.commits_to_first_round(table)
+        if done + 1 < self.every:
+            self._commits[table.uri] = done + 1
             return None
         self._commits[table.uri] = 0
-        started = time.perf_counter()
         try:
             with phase_clock.phase("compaction"):
-                return self._compact(table, started)
+                return self._compact(table)
         except (TidewaterError, DeltaError, OSError) as exc:
             log.warning("%s: compaction of %s failed, left to the next round: %s", self.query, table.uri, one_line(exc))
             return None
 
-    def _compact(self, table: LakeTable, started: float) -> CompactionRound:
+    def _compact(self, table: LakeTable) -> CompactionRound:
+        started = time.perf_counter()
         delta = table.open()
         plan = compaction_plan(delta, self.target_size, min_files=self.every)
         removed = added = 0
