@@ -95,3 +95,34 @@ def test_follow_ups_reference_generated_events_and_come_in_send_order():
     sent = [r.timestamp_ms for r in records if r.kind == "ok"]
     assert sent == sorted(sent)  # a click is yielded when the clock reaches it, not with its impression
     assert any(r.kind == "duplicate" and r.source == "clicks" for r in records)  # re-sends of clicks too
+
+
+def test_a_source_runs_on_the_trigger_it_declares_and_the_others_on_the_jobs(tmp_path):
+    from tidewater.config import Settings
+    from tidewater.streaming.runner import PipelineStreams
+
+    vending = get_pipeline("vending")
+    assert vending.source("machines").trigger_seconds == 5.0 and vending.source("telemetry").trigger_seconds is None
+    for split in (False, True):  # bronze and silver in one query, or each its own
+        settings = Settings(state_dir=str(tmp_path), silver_query=split, gold_trigger_seconds=7.0)
+        job = PipelineStreams(settings, vending)
+        every = {tier.query: job.trigger_seconds(tier, 1.5) for tier in job.tiers}
+        sources = {q: s for q, s in every.items() if not q.startswith("gold_")}
+        assert len(sources) == (4 if split else 2)
+        assert all(s == (5.0 if q.endswith("_machines") else 1.5) for q, s in sources.items()), sources
+        assert all(s == 7.0 for q, s in every.items() if q.startswith("gold_")), every
+
+
+@pytest.mark.parametrize(
+    ("interval", "error"),
+    [
+        ("soon", "trigger_interval: duration 'soon' must look like"),
+        ("0 seconds", "must be above 0"),
+        ("5 minutes", "at most 60"),
+    ],
+)
+def test_a_trigger_interval_out_of_bounds_is_refused_in_one_line(interval, error):
+    vending = get_pipeline("vending")
+    machines = dataclasses.replace(vending.source("machines"), trigger_interval=interval)
+    with pytest.raises(PipelineError, match=error):
+        dataclasses.replace(vending, sources=(vending.sources[0], machines))

@@ -25,7 +25,7 @@ from pyspark.sql.types import StructType
 from tidewater import transforms
 from tidewater.connectors.kafka_client import SPARK_RECORD_DDL
 from tidewater.dedup import CONFLICT_SCHEMA
-from tidewater.errors import PipelineError
+from tidewater.errors import ConfigError, PipelineError
 from tidewater.pipelines.contract import Constraint, Quality
 from tidewater.pipelines.samples import SampleEvents
 from tidewater.times import parse_duration
@@ -39,6 +39,9 @@ PROVISIONAL = "provisional"
 FINAL = "final"
 STATUS_COLUMNS = ("status", "revision")  # revision: how many corrections changed the row (see the ledger)
 WINDOW_SPAN = ("window_start", "window_end")  # the event-time span of an aggregate's row
+# The longest trigger a source may declare: an idle query reports progress only when it triggers, and
+# the supervisor takes a query silent for TIDEWATER_STREAM_STALL_SECONDS (300 s by default) as stalled.
+MAX_TRIGGER_SECONDS = 60.0
 
 
 class Delivery(StrEnum):
@@ -337,9 +340,20 @@ class Source:
     # reconciliation audit then reports the gaps (records lost upstream of Kafka). None: no such check.
     sequence: tuple[str, str] | None = None
     quality: Quality = field(default_factory=Quality)
+    # How often this source's stream runs a micro-batch ("5 seconds"); None: the job's trigger
+    # (TIDEWATER_TRIGGER_SECONDS). A micro-batch pays a fixed cost whatever it holds (a Spark job, a
+    # Kafka read, two Delta commits): a changelog of a few records a second pays it every second for
+    # little, on the cores its pipeline's busy sources need. Its silver then lags by up to this much.
+    # (DLT's ``pipelines.trigger.interval``, declared per flow.)
+    trigger_interval: str | None = None
     # One silver row per key (False: every valid copy). Set by the pipeline from its delivery
     # (at-least-once: False), so the stream and every batch rebuild agree; not declared per source.
     deduplicate: bool = True
+
+    @property
+    def trigger_seconds(self) -> float | None:
+        """The declared :attr:`trigger_interval` in seconds (None: the job's trigger)."""
+        return None if self.trigger_interval is None else parse_duration(self.trigger_interval).total_seconds()
 
     @property
     def all_rules(self) -> tuple[transforms.Rule, ...]:
@@ -473,6 +487,16 @@ class Pipeline:
         topics = [s.topic for s in self.sources]
         if len(set(names)) < len(names) or len(set(topics)) < len(topics):
             raise PipelineError(f"pipeline {self.name}: source names and topics must be unique ({names}, {topics})")
+        for source in self.sources:
+            try:
+                seconds = source.trigger_seconds
+            except ConfigError as exc:
+                raise PipelineError(f"pipeline {self.name}: source {source.name} trigger_interval: {exc}") from None
+            if seconds is not None and not 0 < seconds <= MAX_TRIGGER_SECONDS:
+                raise PipelineError(
+                    f"pipeline {self.name}: source {source.name} trigger_interval {source.trigger_interval!r} "
+                    f"must be above 0 and at most {MAX_TRIGGER_SECONDS:.0f} seconds"
+                )
         golds = [g.name for g in self.gold]
         if len(set(golds)) < len(golds):
             raise PipelineError(f"pipeline {self.name}: gold table names must be unique ({golds})")

@@ -62,7 +62,8 @@ def describe(pipeline: Pipeline, *, shared_queries: bool = True) -> list[str]:
     for source in pipeline.sources:
         t = lambda tier, s=source: pipeline.table_of(s, tier)  # noqa: E731
         lines += [
-            f"  kafka topic {source.topic} (source {source.name})",
+            f"  kafka topic {source.topic} (source {source.name})"
+            + (f", a micro-batch every {source.trigger_interval}" if source.trigger_interval else ""),
             f"    {t('bronze')}: every record (topic, partition, offset once), partitioned by ingest_date",
             f"    {t('silver')}: "
             + (f"one row per {source.key}" if source.deduplicate else f"every valid copy of a {source.key}")

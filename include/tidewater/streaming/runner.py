@@ -361,8 +361,7 @@ class PipelineStreams:
             for tier in self.tiers:
                 if stop.is_set():
                     break
-                every = self.settings.gold_trigger_seconds if tier.gold is not None else seconds
-                self.start(tier, {"processingTime": f"{every} seconds"})
+                self.start(tier, {"processingTime": f"{self.trigger_seconds(tier, seconds)} seconds"})
             while not stop.is_set():
                 self._raise_if_failed()
                 self._follow_start_up(gate)
@@ -374,6 +373,14 @@ class PipelineStreams:
                 gate.release("the job is stopping")
             self.stop()
         return requested
+
+    def trigger_seconds(self, tier: Tier, default: float) -> float:
+        """How often ``tier`` runs a micro-batch: gold on the gold trigger, a source's queries on the
+        interval it declares (:attr:`Source.trigger_interval`), else ``default`` (the job's trigger)."""
+        if tier.feeds is None:
+            return self.settings.gold_trigger_seconds
+        declared = self.pipeline.source(tier.feeds).trigger_seconds
+        return default if declared is None else declared
 
     def start_gate(self) -> StartGate | None:
         """The host's start gate (:mod:`tidewater.streaming.start_gate`); None when turned off."""
