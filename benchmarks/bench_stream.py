@@ -584,12 +584,14 @@ def table_commits(table: LakeTable) -> Iterator[tuple[float, list[dict[str, Any]
 
 def commit_latencies(table: LakeTable, *, produced_after: float) -> list[SilverCommit]:
     """Per silver commit: when it was made and the Kafka timestamps (epoch s) of the events in it that
-    were produced after ``produced_after``. An event's latency is the first minus the second."""
+    were produced after ``produced_after``. An event's latency is the first minus the second. A
+    compaction's files (``dataChange`` false) hold rows an earlier commit made visible: counting them
+    again gave a run whose writer compacted silver a p95 of 82 s (rsvps, local[3], one run of three)."""
     out: list[SilverCommit] = []
     for committed, actions in table_commits(table):
         stamps: list[float] = []
         for action in actions:
-            if "add" not in action:
+            if "add" not in action or not action["add"].get("dataChange", True):
                 continue
             fs, path = filesystem(f"{table.uri}/{action['add']['path']}")
             column = pq.read_table(path, filesystem=fs, columns=["kafka_timestamp"]).column(0)

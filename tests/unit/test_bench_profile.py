@@ -199,3 +199,30 @@ def test_a_measure_records_the_brokers_cpu_meanwhile_and_the_drain_summary_repor
         line.startswith("  the embedded broker over the drain (the backlog's preload included): ") for line in lines
     )
     assert "broker_cpu_s" not in (attempt({}, "x", lambda: {}) or {})  # no broker: nothing recorded
+
+
+def test_silver_latency_counts_each_event_at_the_commit_that_made_it_visible_not_at_a_compaction(tmp_path) -> None:
+    import datetime as dt
+
+    import pyarrow as pa
+    from bench_stream import commit_latencies
+
+    from tidewater.lake.compaction import StreamCompaction
+    from tidewater.lake.tables import LakeTable
+
+    schema = pa.schema([("kafka_timestamp", pa.timestamp("us", tz="UTC")), ("day", pa.date32())])
+    table = LakeTable((tmp_path / "silver").as_uri())
+    table.ensure(schema, partition_by=["day"])
+    compaction = StreamCompaction(every=3, query="q", stagger=False)
+    produced = dt.datetime(2026, 11, 29, 1, 0, tzinfo=dt.UTC)
+    rounds = []
+    for batch_id in range(1, 4):  # the third commit compacts the partition's three files
+        stamp = produced + dt.timedelta(seconds=batch_id)
+        rows = pa.table({"kafka_timestamp": [stamp] * 2, "day": [stamp.date()] * 2}, schema=schema)
+        rounds.append(compaction.after_commit(table, table.append_arrow(rows, app_id="q", batch_id=batch_id)))
+    assert rounds[-1] is not None and rounds[-1].files_removed == 3  # the compaction did run
+
+    commits = commit_latencies(table, produced_after=produced.timestamp())
+
+    assert [len(stamps) for _, stamps in commits] == [2, 2, 2]  # six events, each once
+    assert sorted(t for _, stamps in commits for t in stamps) == [produced.timestamp() + s for s in (1, 1, 2, 2, 3, 3)]
