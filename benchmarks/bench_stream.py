@@ -73,7 +73,7 @@ from tidewater.pipelines import all_pipelines, get_pipeline
 from tidewater.pipelines.base import Pipeline
 from tidewater.pipelines.layout import PipelineLayout
 from tidewater.processes import Terminated, exit_on_sigterm, spark_child_env, stop_process_group
-from tidewater.streaming.jobs import launch_stream_job
+from tidewater.streaming.jobs import job_master, launch_stream_job
 from tidewater.streaming.startup_workers import READ_PLANNING, SOURCE_CREATION, SOURCE_LOOKUP, STARTUP_WORKER_MODULES
 from tidewater.times import parse_time
 
@@ -1023,6 +1023,9 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             pipeline = available[name]
             runs: list[dict[str, Any]] = []
+            master = job_master(base, name)
+            if master != base.spark_master:
+                print(f"{name}'s streaming job runs on {master} (TIDEWATER_STREAM_EXTRA_TASK_SLOTS)", flush=True)
             for run in range(1, args.runs + 1):
                 figures: dict[str, Any] = {}
                 probe_machine(figures, "before")

@@ -8,6 +8,7 @@ JVM heap), and the tidewater data sources registered.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
@@ -53,6 +54,23 @@ FORWARDED_TO_EXECUTORS = (
 
 def is_local_master(master: str) -> bool:
     return master == "local" or master.startswith("local[")
+
+
+_LOCAL_SLOTS = re.compile(r"local(?:\[(\*|\d+)(,\s*\d+)?\])?")
+
+
+def stream_master(settings: Settings, gold_queries: int) -> str:
+    """A streaming job's master: on ``local``, ``local[N]`` or ``local[*]``, that many task slots plus
+    ``stream_extra_task_slots`` (auto: ``gold_queries`` beyond the cores; see the setting); any other
+    master as it is."""
+    match = _LOCAL_SLOTS.fullmatch(settings.spark_master)
+    if match is None:
+        return settings.spark_master
+    cores = match.group(1) or "1"
+    slots = (os.cpu_count() or 1) if cores == "*" else int(cores)
+    wanted = settings.stream_extra_task_slots
+    extra = max(0, gold_queries - slots) if wanted == "auto" else int(wanted)
+    return f"local[{slots + extra}{match.group(2) or ''}]" if extra else settings.spark_master
 
 
 def executor_env(settings: Settings, environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -148,9 +166,13 @@ def scheduler_pools_file(scratch: str) -> str:
     return os.path.join(scratch, "scheduler-pools.xml")
 
 
-def build_session(settings: Settings, app_name: str = "tidewater", *, streaming: bool = False) -> SparkSession:
+def build_session(
+    settings: Settings, app_name: str = "tidewater", *, streaming: bool = False, master: str | None = None
+) -> SparkSession:
+    """A tidewater session on ``master`` (default: ``TIDEWATER_SPARK_MASTER``; a streaming job's is
+    :func:`stream_master`)."""
     prepare_environment(settings)
-    builder = SparkSession.builder.master(settings.spark_master).appName(app_name)
+    builder = SparkSession.builder.master(master or settings.spark_master).appName(app_name)
     scratch = scratch_dir(os.path.join(settings.state_dir, "scratch"))
     if streaming:
         with open(scheduler_pools_file(scratch), "w", encoding="utf-8") as handle:

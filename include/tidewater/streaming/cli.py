@@ -33,6 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_stream(args: argparse.Namespace, settings: Settings) -> int:
     from tidewater.pipelines import get_pipeline
     from tidewater.spark import build_session
+    from tidewater.streaming.jobs import job_master
     from tidewater.streaming.runner import PipelineStreams
 
     pipeline = get_pipeline(args.pipeline)
@@ -41,7 +42,8 @@ def cmd_stream(args: argparse.Namespace, settings: Settings) -> int:
     spark = None
     try:
         streams.preflight()  # one-line errors before a JVM starts (no Kafka servers set, too)
-        spark = build_session(settings, f"tidewater-stream-{pipeline.name}", streaming=True)
+        master = job_master(settings, pipeline.name)  # spark-submit's, when it launched this job
+        spark = build_session(settings, f"tidewater-stream-{pipeline.name}", streaming=True, master=master)
         if args.available_now:
             streams.run_available_now(spark)
         else:

@@ -17,7 +17,16 @@ from pathlib import Path
 from tidewater import faults
 from tidewater.config import Settings
 from tidewater.paths import spark_job
+from tidewater.pipelines import get_pipeline
+from tidewater.pipelines.layout import PipelineLayout
 from tidewater.processes import spark_child_env
+from tidewater.spark import stream_master
+
+
+def job_master(settings: Settings, pipeline: str) -> str:
+    """The master ``pipeline``'s streaming job runs on: a local master gets a task slot per gold query
+    beyond its cores (:func:`tidewater.spark.stream_master`)."""
+    return stream_master(settings, len(PipelineLayout.of(settings, get_pipeline(pipeline)).gold_queries))
 
 
 def stream_job_command(settings: Settings, pipeline: str, extra_args: Sequence[str] = ()) -> list[str]:
@@ -27,7 +36,7 @@ def stream_job_command(settings: Settings, pipeline: str, extra_args: Sequence[s
     return [
         str(Path(sys.executable).parent / "spark-submit"),
         "--master",
-        settings.spark_master,
+        job_master(settings, pipeline),
         "--driver-memory",
         settings.stream_driver_memory,
         "--conf",
