@@ -28,3 +28,9 @@ def test_the_flowchart_has_an_edge_per_table():
     edges = [line for line in chart if line.strip().startswith("rsvps_silver -- ")]
     assert all(e.endswith(("rsvps_venue_response_counts", "rsvps_trending_venues")) for e in edges)
     assert [e.split('"')[1] for e in edges] == ["window 1 minute", "window 5 minutes"]
+
+
+def test_the_description_shows_a_source_that_runs_on_its_own_trigger():
+    lines = describe(get_pipeline("vending"))
+    assert "  kafka topic vending-machines (source machines), a micro-batch every 5 seconds" in lines
+    assert "  kafka topic vending-telemetry (source telemetry)" in lines  # the job's trigger: not repeated

@@ -20,7 +20,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     stream.add_argument(
         "--available-now", action="store_true", help="process what is available, tier by tier, then exit"
     )
-    stream.add_argument("--trigger-seconds", type=float, default=None)
+    stream.add_argument(
+        "--trigger-seconds",
+        type=float,
+        default=None,
+        help="the source queries' trigger (default: TIDEWATER_TRIGGER_SECONDS); a source that declares"
+        " trigger_interval keeps its own, gold keeps TIDEWATER_GOLD_TRIGGER_SECONDS",
+    )
     stream.add_argument(
         "--launched-at",
         type=float,
