@@ -321,12 +321,13 @@ class Settings:
         Pattern(r"\s*(-\S+(\s+-\S+)*)?\s*", "JVM options, each starting with '-' (e.g. -XX:+UseSerialGC)"),
     )
     # On a local master, the streaming job's task slots beyond the master's cores (batch jobs keep the
-    # master's). A gold query holds a slot for its whole micro-batch (one state partition), often seconds:
-    # when a pipeline's gold queries outnumber the cores they can hold every slot, and a source's
-    # micro-batch queues for one although the FAIR pools favour it; a slot more lets the OS share the
-    # cores instead. "auto": one per gold query beyond the cores. Measured at 2,000 events/s on local[2]:
-    # vending (3 gold queries) with local[3]: its readings' trigger 1.30 -> 0.88 s, silver p95 3.47 ->
-    # 2.32 s, PSS +0.2 GB; rsvps (2) with local[3]: silver p95 1.70 either way, PSS +0.11 GB.
+    # master's). Each source query's micro-batch wants a slot every trigger, and a gold query holds one
+    # for its whole micro-batch, often seconds: with every slot taken, a source's micro-batch queued for
+    # one although the FAIR pools favour it. A slot more lets the OS share the cores instead. "auto": at
+    # least one slot more than the job's source queries (a pipeline of two sources on local[2] -> local[3]).
+    # Measured at 2,000 events/s, local[2] -> local[3]: vending (2 sources, 3 gold queries) silver p95
+    # 3.47 -> 2.32 s, PSS +0.2 GB; ads (2 sources, 2 gold) 2.99 -> 2.3 s, +0.1 GB; rsvps (1 source,
+    # 2 gold) 1.71 -> 1.68 s, +0.11 GB: no gain, so auto leaves it on local[2].
     stream_extra_task_slots: str = setting(
         "auto", Pattern(r"auto|[0-9]|[1-5][0-9]|6[0-4]", "auto, or a number of task slots from 0 to 64")
     )

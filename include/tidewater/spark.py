@@ -59,17 +59,17 @@ def is_local_master(master: str) -> bool:
 _LOCAL_SLOTS = re.compile(r"local(?:\[(\*|\d+)(,\s*\d+)?\])?")
 
 
-def stream_master(settings: Settings, gold_queries: int) -> str:
+def stream_master(settings: Settings, source_queries: int) -> str:
     """A streaming job's master: on ``local``, ``local[N]`` or ``local[*]``, that many task slots plus
-    ``stream_extra_task_slots`` (auto: ``gold_queries`` beyond the cores; see the setting); any other
-    master as it is."""
+    ``stream_extra_task_slots`` (auto: at least one more than the job's ``source_queries``; see the
+    setting); any other master as it is."""
     match = _LOCAL_SLOTS.fullmatch(settings.spark_master)
     if match is None:
         return settings.spark_master
     cores = match.group(1) or "1"
     slots = (os.cpu_count() or 1) if cores == "*" else int(cores)
     wanted = settings.stream_extra_task_slots
-    extra = max(0, gold_queries - slots) if wanted == "auto" else int(wanted)
+    extra = max(0, source_queries + 1 - slots) if wanted == "auto" else int(wanted)
     return f"local[{slots + extra}{match.group(2) or ''}]" if extra else settings.spark_master
 
 

@@ -153,24 +153,29 @@ def test_the_streaming_jobs_checkpoints_are_written_without_a_process_per_file()
     assert "spark.sql.streaming.checkpointFileManagerClass" not in batch and "spark.hadoop.fs.file.impl" not in batch
 
 
-def test_a_streaming_job_gets_a_task_slot_per_gold_query_beyond_a_local_masters_cores() -> None:
+def test_a_streaming_job_gets_at_least_a_task_slot_more_than_its_source_queries() -> None:
     default = Settings()  # local[2], auto
-    assert [stream_master(default, gold_queries) for gold_queries in (0, 2, 3, 5)] == [
-        "local[2]",
+    assert [stream_master(default, source_queries) for source_queries in (1, 2, 4)] == [
         "local[2]",
         "local[3]",
         "local[5]",
     ]
-    assert stream_master(Settings(spark_master="local"), 2) == "local[2]"
-    assert stream_master(Settings(spark_master="local[4, 2]", stream_extra_task_slots="2"), 0) == "local[6, 2]"
-    assert stream_master(Settings(spark_master="local[*]", stream_extra_task_slots="1"), 0) == (
+    assert stream_master(Settings(spark_master="local"), 1) == "local[2]"
+    assert stream_master(Settings(spark_master="local[4, 2]", stream_extra_task_slots="2"), 1) == "local[6, 2]"
+    assert stream_master(Settings(spark_master="local[*]", stream_extra_task_slots="1"), 1) == (
         f"local[{(os.cpu_count() or 1) + 1}]"
     )
     assert stream_master(Settings(stream_extra_task_slots="0"), 9) == "local[2]"
     assert stream_master(Settings(spark_master="spark://127.0.0.1:7077"), 9) == "spark://127.0.0.1:7077"
-    # from the declaration: vending's gold runs as 3 queries, rsvps' as 2 (spark-submit starts the JVM with it)
-    for pipeline, master in (("vending", "local[3]"), ("rsvps", "local[2]")):
-        command = stream_job_command(default, pipeline, ())
-        assert command[command.index("--master") + 1] == master
+    # from the declarations (spark-submit starts the JVM with it): two sources, or one source's bronze
+    # and silver queries apart, get a third slot
+    for pipeline, settings, master in (
+        ("vending", default, "local[3]"),
+        ("ads", default, "local[3]"),
+        ("rsvps", default, "local[2]"),
+        ("rsvps", Settings(silver_query=True), "local[3]"),
+    ):
+        command = stream_job_command(settings, pipeline, ())
+        assert command[command.index("--master") + 1] == master, pipeline
     with pytest.raises(ConfigError, match="TIDEWATER_STREAM_EXTRA_TASK_SLOTS='-1': must be auto, or a number"):
         Settings.from_env({"TIDEWATER_STREAM_EXTRA_TASK_SLOTS": "-1"})

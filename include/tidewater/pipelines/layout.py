@@ -47,6 +47,12 @@ class PipelineLayout:
         """The gold tier's streaming queries as the settings group them (``TIDEWATER_GOLD_SHARED_QUERIES``)."""
         return self.pipeline.gold_queries(shared=self.settings.gold_shared_queries)
 
+    @property
+    def source_queries(self) -> int:
+        """How many streaming queries the source tier runs: one per source (bronze and silver in one),
+        or two with ``TIDEWATER_SILVER_QUERY`` (see :mod:`tidewater.streaming.runner`)."""
+        return len(self.pipeline.sources) * (2 if self.settings.silver_query else 1)
+
     def gold_query_of(self, gold: str) -> GoldQuery:
         """The streaming query that writes the gold table ``gold`` (its progress, its checkpoint)."""
         return self.pipeline.gold_query_of(gold, shared=self.settings.gold_shared_queries)

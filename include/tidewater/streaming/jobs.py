@@ -24,9 +24,9 @@ from tidewater.spark import stream_master
 
 
 def job_master(settings: Settings, pipeline: str) -> str:
-    """The master ``pipeline``'s streaming job runs on: a local master gets a task slot per gold query
-    beyond its cores (:func:`tidewater.spark.stream_master`)."""
-    return stream_master(settings, len(PipelineLayout.of(settings, get_pipeline(pipeline)).gold_queries))
+    """The master ``pipeline``'s streaming job runs on: on a local master, at least a task slot more
+    than it has source queries (:func:`tidewater.spark.stream_master`)."""
+    return stream_master(settings, PipelineLayout.of(settings, get_pipeline(pipeline)).source_queries)
 
 
 def stream_job_command(settings: Settings, pipeline: str, extra_args: Sequence[str] = ()) -> list[str]:
