@@ -36,6 +36,7 @@ from ui_support import (
 )
 
 from tidewater.orchestration.airflow_env import airflow_environment, ensure_secrets
+from tidewater.orchestration.airflow_local import COMPONENTS
 from tidewater.paths import dags_folder, project_root
 
 # ---- the api-server ----------------------------------------------------------------------------------
@@ -114,12 +115,13 @@ def ui_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiServer]:
 @pytest.fixture
 def airflow_scheduler(ui_server: UiServer) -> Iterator[Path]:
     """A real ``airflow scheduler`` (LocalExecutor, its task processes in its process group) beside the
-    module's api-server, for as long as the test runs; yields its log."""
+    module's api-server, for as long as the test runs; yields its log. Started as the platform starts
+    it: without its log server, which would take port 8793 on every interface."""
     log = ui_server.log.with_name("scheduler.log")
     airflow = str(Path(sys.executable).parent / "airflow")
     with open(log, "ab") as out:
         process = subprocess.Popen(
-            [airflow, "scheduler"],
+            [airflow, *COMPONENTS["scheduler"]],
             env=ui_server.env,
             stdout=out,
             stderr=subprocess.STDOUT,
