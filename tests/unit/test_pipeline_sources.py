@@ -126,3 +126,37 @@ def test_a_trigger_interval_out_of_bounds_is_refused_in_one_line(interval, error
     machines = dataclasses.replace(vending.source("machines"), trigger_interval=interval)
     with pytest.raises(PipelineError, match=error):
         dataclasses.replace(vending, sources=(vending.sources[0], machines))
+
+
+def test_a_gold_table_runs_on_the_trigger_it_declares_and_a_shared_query_on_the_shortest(tmp_path):
+    from tidewater.config import Settings
+    from tidewater.streaming.runner import PipelineStreams
+
+    ads_pipeline = get_pipeline("ads")
+    shared = ads_pipeline.gold_query_of("clicked_impressions")
+    assert shared.shared, "clicked_impressions shares its query (with orphan_clicks)"
+    declared = {shared.tables[0].name: "3 seconds", shared.tables[1].name: "2 seconds"}
+    gold = tuple(
+        dataclasses.replace(g, trigger_interval=declared[g.name]) if g.name in declared else g
+        for g in ads_pipeline.gold
+    )
+    pipeline = dataclasses.replace(ads_pipeline, gold=gold)
+    settings = Settings(state_dir=str(tmp_path), gold_trigger_seconds=7.0)
+    job = PipelineStreams(settings, pipeline)
+    every = {tier.query: job.trigger_seconds(tier, 1.5) for tier in job.tiers}
+    assert every[shared.name] == 2.0, every  # the shortest of the tables sharing it
+    others = {q: s for q, s in every.items() if q.startswith("gold_") and q != shared.name}
+    assert others and all(s == 7.0 for s in others.values()), every  # undeclared: the gold trigger
+    assert all(s == 1.5 for q, s in every.items() if not q.startswith("gold_")), every
+    assert any(line.endswith("; a micro-batch every 2 seconds") for line in describe(pipeline))
+    assert get_pipeline("payments").gold_query_of("fraud_alerts").trigger_seconds == 2.0  # its alerts are waited on
+
+
+@pytest.mark.parametrize(("interval", "error"), [("later", "must look like"), ("2 minutes", "at most 60")])
+def test_a_gold_trigger_interval_out_of_bounds_is_refused_in_one_line(interval, error):
+    ads_pipeline = get_pipeline("ads")
+    gold = (dataclasses.replace(ads_pipeline.gold[0], trigger_interval=interval), *ads_pipeline.gold[1:])
+    with pytest.raises(PipelineError, match=f"gold {ads_pipeline.gold[0].name} trigger_interval"):
+        dataclasses.replace(ads_pipeline, gold=gold)
+    with pytest.raises(PipelineError, match=error):
+        dataclasses.replace(ads_pipeline, gold=gold)

@@ -39,9 +39,15 @@ PROVISIONAL = "provisional"
 FINAL = "final"
 STATUS_COLUMNS = ("status", "revision")  # revision: how many corrections changed the row (see the ledger)
 WINDOW_SPAN = ("window_start", "window_end")  # the event-time span of an aggregate's row
-# The longest trigger a source may declare: an idle query reports progress only when it triggers, and
-# the supervisor takes a query silent for TIDEWATER_STREAM_STALL_SECONDS (300 s by default) as stalled.
+# The longest trigger a source or a gold table may declare: an idle query reports progress only when it
+# triggers, and the supervisor takes a query silent for TIDEWATER_STREAM_STALL_SECONDS (300 s by default)
+# as stalled.
 MAX_TRIGGER_SECONDS = 60.0
+
+
+def trigger_seconds_of(interval: str | None) -> float | None:
+    """A declared ``trigger_interval`` ("5 seconds") in seconds; None: the job's trigger."""
+    return None if interval is None else parse_duration(interval).total_seconds()
 
 
 class Delivery(StrEnum):
@@ -124,6 +130,11 @@ class GoldTable:
     # interval: changelogs (a machine's location) whose latest change before any horizon still holds.
     history: tuple[str, ...] = ()
     publish: Publish | None = None  # also write the stream's rows to a Kafka topic
+    # How often its streaming query runs a micro-batch ("2 seconds"); None: the gold trigger
+    # (TIDEWATER_GOLD_TRIGGER_SECONDS). A row is visible in gold up to this much after its silver, plus
+    # a micro-batch; a table its users wait on (an alert) may trigger sooner than the rest, paying a
+    # micro-batch's fixed cost more often. A query shared by several tables runs on the shortest.
+    trigger_interval: str | None = None
 
     output_mode: ClassVar[str] = "update"
     grows_until_quiet: ClassVar[bool] = False
@@ -141,6 +152,11 @@ class GoldTable:
     def span(self) -> tuple[str, str]:
         """The columns holding each row's event-time start and end."""
         return WINDOW_SPAN
+
+    @property
+    def trigger_seconds(self) -> float | None:
+        """The declared :attr:`trigger_interval` in seconds (None: the gold trigger)."""
+        return trigger_seconds_of(self.trigger_interval)
 
     def feed_margins(self) -> tuple[dt.timedelta, dt.timedelta]:
         """(before, after): rows starting in ``[start, end)`` are fed by silver of
@@ -292,6 +308,12 @@ class GoldQuery:
     def shared(self) -> bool:
         return len(self.tables) > 1
 
+    @property
+    def trigger_seconds(self) -> float | None:
+        """The shortest trigger its tables declare (None: none declares one; the gold trigger)."""
+        declared = [seconds for table in self.tables if (seconds := table.trigger_seconds) is not None]
+        return min(declared, default=None)
+
     def rows(self, silvers: Mapping[str, DataFrame]) -> DataFrame:
         """The query's output from the silver of each input (by source name): one table's gold rows,
         or, for a shared query, every table's rows in one column of its own, tagged with its name."""
@@ -353,7 +375,7 @@ class Source:
     @property
     def trigger_seconds(self) -> float | None:
         """The declared :attr:`trigger_interval` in seconds (None: the job's trigger)."""
-        return None if self.trigger_interval is None else parse_duration(self.trigger_interval).total_seconds()
+        return trigger_seconds_of(self.trigger_interval)
 
     @property
     def all_rules(self) -> tuple[transforms.Rule, ...]:
@@ -488,19 +510,12 @@ class Pipeline:
         if len(set(names)) < len(names) or len(set(topics)) < len(topics):
             raise PipelineError(f"pipeline {self.name}: source names and topics must be unique ({names}, {topics})")
         for source in self.sources:
-            try:
-                seconds = source.trigger_seconds
-            except ConfigError as exc:
-                raise PipelineError(f"pipeline {self.name}: source {source.name} trigger_interval: {exc}") from None
-            if seconds is not None and not 0 < seconds <= MAX_TRIGGER_SECONDS:
-                raise PipelineError(
-                    f"pipeline {self.name}: source {source.name} trigger_interval {source.trigger_interval!r} "
-                    f"must be above 0 and at most {MAX_TRIGGER_SECONDS:.0f} seconds"
-                )
+            self._check_trigger(f"source {source.name}", source.trigger_interval)
         golds = [g.name for g in self.gold]
         if len(set(golds)) < len(golds):
             raise PipelineError(f"pipeline {self.name}: gold table names must be unique ({golds})")
         for table in self.gold:
+            self._check_trigger(f"gold {table.name}", table.trigger_interval)
             unknown = [i for i in table.inputs if i not in names]
             if unknown:
                 raise PipelineError(
@@ -515,6 +530,18 @@ class Pipeline:
                 raise PipelineError(
                     f"pipeline {self.name}: gold {table.name} must name its inputs (the pipeline has several sources)"
                 )
+
+    def _check_trigger(self, what: str, interval: str | None) -> None:
+        """A declared trigger interval parses and lies in (0, MAX_TRIGGER_SECONDS], or one line says why."""
+        try:
+            seconds = trigger_seconds_of(interval)
+        except ConfigError as exc:
+            raise PipelineError(f"pipeline {self.name}: {what} trigger_interval: {exc}") from None
+        if seconds is not None and not 0 < seconds <= MAX_TRIGGER_SECONDS:
+            raise PipelineError(
+                f"pipeline {self.name}: {what} trigger_interval {interval!r} "
+                f"must be above 0 and at most {MAX_TRIGGER_SECONDS:.0f} seconds"
+            )
 
     # ---- the graph ---------------------------------------------------------------------------------
 

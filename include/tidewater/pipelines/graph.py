@@ -81,6 +81,7 @@ def describe(pipeline: Pipeline, *, shared_queries: bool = True) -> list[str]:
             f"batch reads {_duration(before)} before / {_duration(after)} after the interval"
             + (" (widened while rows grow)" if gold.grows_until_quiet else "")
             + "".join(f"; {pipeline.table_of(pipeline.source(h), 'silver')} read whole" for h in gold.history)
+            + (f"; a micro-batch every {gold.trigger_interval}" if gold.trigger_interval else "")
         )
         if gold.publish is not None:
             lines.append(f"        kafka topic {gold.publish.topic}: the stream's rows, keyed by {gold.publish.key}")

@@ -25,7 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=float,
         default=None,
         help="the source queries' trigger (default: TIDEWATER_TRIGGER_SECONDS); a source that declares"
-        " trigger_interval keeps its own, gold keeps TIDEWATER_GOLD_TRIGGER_SECONDS",
+        " trigger_interval keeps its own, gold keeps TIDEWATER_GOLD_TRIGGER_SECONDS (or the interval a gold"
+        " table declares)",
     )
     stream.add_argument(
         "--launched-at",

@@ -375,10 +375,13 @@ class PipelineStreams:
         return requested
 
     def trigger_seconds(self, tier: Tier, default: float) -> float:
-        """How often ``tier`` runs a micro-batch: gold on the gold trigger, a source's queries on the
-        interval it declares (:attr:`Source.trigger_interval`), else ``default`` (the job's trigger)."""
-        if tier.feeds is None:
-            return self.settings.gold_trigger_seconds
+        """How often ``tier`` runs a micro-batch: what its source or its gold tables declare
+        (``trigger_interval``), else a gold query on the gold trigger and a source's queries on
+        ``default`` (the job's trigger)."""
+        if tier.gold is not None:
+            declared = tier.gold.trigger_seconds
+            return self.settings.gold_trigger_seconds if declared is None else declared
+        assert tier.feeds is not None
         declared = self.pipeline.source(tier.feeds).trigger_seconds
         return default if declared is None else declared
 

@@ -97,6 +97,9 @@ PIPELINE = Pipeline(
             horizon=fraud.HORIZON,
             build=fraud_alerts,
             publish=Publish(topic="payment-alerts", key="card_id"),
+            # Alerts are waited on: every 2 s, not the gold trigger's 5 (at 2,000 payments/s, p95 from
+            # payment to the alerts' read 8.36 -> 4.47 s; CPU 98 -> 117% of a core; silver unchanged).
+            trigger_interval="2 seconds",
         ),
     ),
 )
