@@ -32,25 +32,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for fixture, marker in MARKED_FIXTURES.items():
             if fixture in getattr(item, "fixturenames", ()):
                 item.add_marker(marker)
-    items[:] = heaviest_modules_first(items)
-
-
-# Markers of the modules that take minutes, heaviest kind first (the cluster profile alone takes ~5 min).
-HEAVY_MARKERS = ("cluster", "airflow", "slow")
-
-
-def heaviest_modules_first(items: list[pytest.Item]) -> list[pytest.Item]:
-    """The tests with the modules that take minutes first, each module's tests in their own order.
-
-    ``./tw test`` spreads the modules over workers (``-n 2 --dist loadfile``), handing each worker the
-    next module when it is free: a long module handed out last keeps one worker busy while the others
-    have nothing left, so the long ones go out first."""
-    rank: dict[str, int] = {}
-    for item in items:
-        marks = {mark.name for mark in item.iter_markers()}
-        heaviest = next((i for i, name in enumerate(HEAVY_MARKERS) if name in marks), len(HEAVY_MARKERS))
-        rank[item.nodeid.split("::")[0]] = min(heaviest, rank.get(item.nodeid.split("::")[0], heaviest))
-    return sorted(items, key=lambda item: rank[item.nodeid.split("::")[0]])  # stable: same rank keeps its order
 
 
 @pytest.fixture(scope="session")
