@@ -93,12 +93,12 @@ def test_start_up_workers_end_and_come_back_when_needed(
 
         stopped = StartupWorkers(spark).release(STARTUP_WORKER_MODULES)
         assert stopped and set(stopped) <= set(before)  # daemons only: their workers end with them
-        # What the release ended is what this test's query left. The session is shared by the tests of
-        # this worker: a query another test left running would start planners of its own, so those
-        # are named if they are there, but only what was released has to be gone.
+        # Everything alive before the release has to end: the daemons it stopped and their workers. The
+        # session is shared by the tests of a run: a planner started after the release (by a query
+        # another test left running) is named in the failure, not counted.
         wait_for(
             lambda: not set(before) & set(startup_processes(jvm)),
-            "every start-up daemon and worker the release stopped ended",
+            "every start-up daemon and worker alive before the release ended",
             30,
             detail=lambda: f"left: {startup_processes(jvm)}; queries: {[q.name for q in spark.streams.active]}",
         )
