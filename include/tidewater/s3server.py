@@ -74,6 +74,14 @@ class S3ServerError(TidewaterError):
     """The embedded S3 server cannot start or answer."""
 
 
+class ExitedAtStartError(S3ServerError):
+    """The server exited before it answered (its log's error lines are in the message)."""
+
+
+# weed's glog error and fatal lines (E1129 ..., F1129 ...; a fatal one exits with 255), Go's panics
+_LOG_ERROR = re.compile(r"^\s*[EF]\d{4} |\bpanic\b|address already in use", re.IGNORECASE)
+
+
 @dataclass(frozen=True)
 class Credentials:
     access_key_id: str
@@ -109,12 +117,35 @@ def _pair_free(port: int) -> bool:
     return port_free(port) and port_free(port + GRPC_OFFSET)
 
 
+def ephemeral_ports(path: Path = Path("/proc/sys/net/ipv4/ip_local_port_range")) -> tuple[int, int]:
+    """The kernel's range for ports nobody asked for: outgoing connections and binds to port 0."""
+    try:
+        low, high = (int(part) for part in path.read_text().split())
+    except (OSError, ValueError):
+        return 32_768, 60_999  # Linux's default
+    return low, high
+
+
+def port_pair_range() -> tuple[int, int]:
+    """Where P of a (P, P + 10000) pair is drawn from: below the ephemeral range, both of them, where
+    possible. A port in that range can be taken by any connection between our check and weed's bind
+    (weed binds ten listeners one after another): a cluster-profile run of the suite lost its S3
+    server that way, exit code 255, once in several runs."""
+    low, _ = ephemeral_ports()
+    top = low - 1 - GRPC_OFFSET
+    if top - 10_000 >= 1_000:
+        return 10_000, top
+    return 20_000, 55_000  # an unusual ephemeral range: as before, the retry in start() covers a race
+
+
 def free_port_pair(taken: set[int] | None = None) -> int:
-    """A port P on 127.0.0.1 with P and P + 10000 both free (and not in ``taken``)."""
+    """A port P on 127.0.0.1 with P and P + 10000 both free (and not in ``taken``), both below the
+    ephemeral range where it allows (:func:`port_pair_range`)."""
     taken = taken or set()
     rng = random.Random()
+    first, last = port_pair_range()
     for _ in range(500):
-        port = rng.randint(20_000, 55_000)
+        port = rng.randint(first, last)
         if port in taken or port + GRPC_OFFSET in taken:
             continue
         if _pair_free(port):
@@ -173,6 +204,7 @@ class S3Server:
         self._requested_port = port
         self.ports: dict[str, int] = {}
         self.process: subprocess.Popen[bytes] | None = None
+        self._log_start = 0  # where the current start's lines begin in the log
         self._credentials: Credentials | None = None
 
     # ---- identity and addresses ---------------------------------------------------------------------
@@ -241,8 +273,9 @@ class S3Server:
 
     # ---- lifecycle ----------------------------------------------------------------------------------
 
-    def _choose_ports(self) -> dict[str, int]:
-        recorded = _read_json(self.data_dir / SERVER_FILE).get("ports", {})
+    def _choose_ports(self, *, fresh: bool = False) -> dict[str, int]:
+        """The ports of each component: those recorded in the folder while free (``fresh``: new ones)."""
+        recorded = {} if fresh else _read_json(self.data_dir / SERVER_FILE).get("ports", {})
         ports: dict[str, int] = {}
         taken: set[int] = set()
         for name in COMPONENTS:
@@ -310,17 +343,31 @@ class S3Server:
         return command
 
     def start(self, *, timeout_s: float = 60.0) -> S3Server:
+        """Start the server and wait until a bucket round trip works. A server that exits before it
+        answers is started once more on fresh ports (unless the S3 port was asked for), its first
+        error printed: weed checks its ten ports and then binds them one by one, and a port taken in
+        between ends it (``Port allocation failed``, or a fatal bind error, exit code 255)."""
         if self.process is not None and self.process.poll() is None:
             return self
+        try:
+            return self._start(timeout_s, fresh_ports=False)
+        except ExitedAtStartError as exc:
+            if self._requested_port:
+                raise
+            print(f"tidewater: {exc}; starting it again on fresh ports", file=sys.stderr, flush=True)
+            return self._start(timeout_s, fresh_ports=True)
+
+    def _start(self, timeout_s: float, *, fresh_ports: bool) -> S3Server:
         self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         (self.data_dir / "data").mkdir(exist_ok=True)
         self._refuse_second_server()
-        self.ports = self._choose_ports()
+        self.ports = self._choose_ports(fresh=fresh_ports)
         self._write_config()
         for name in ("filer", "s3"):  # left behind by a kill -9
             (self.data_dir / "data" / f"{name}.sock").unlink(missing_ok=True)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
+            self._log_start = log.tell()  # this start's lines begin here (see _exit_error)
             self.process = subprocess.Popen(
                 self.command(),
                 stdout=log,
@@ -345,9 +392,7 @@ class S3Server:
         client = None
         while time.monotonic() < deadline:
             if self.process is not None and self.process.poll() is not None:
-                raise S3ServerError(
-                    f"the S3 server exited with code {self.process.returncode} on port {self.port}; see {self.log_path}"
-                )
+                raise self._exit_error(self.process.returncode)
             try:
                 with socket.create_connection((HOST, self.port), timeout=0.5):
                     pass
@@ -363,6 +408,21 @@ class S3Server:
         raise S3ServerError(
             f"the S3 server did not become ready in {timeout_s:.0f} s: {last_error}{low_disk_hint(self.data_dir)}"
             f"; see {self.log_path}"
+        )
+
+    def _exit_error(self, code: int) -> ExitedAtStartError:
+        """Why the server exited while starting, with its last error lines: a test's temporary folder
+        (and the log in it) is gone by the time anyone reads the failure."""
+        try:
+            with open(self.log_path, "rb") as log:
+                log.seek(self._log_start)
+                lines = log.read().decode(errors="replace").splitlines()
+        except OSError:
+            lines = []
+        errors = [line.strip() for line in lines if _LOG_ERROR.search(line)] or [line.strip() for line in lines]
+        detail = " | ".join(errors[-3:])[-600:] or "its log is empty"
+        return ExitedAtStartError(
+            f"the S3 server exited with code {code} on port {self.port}: {detail} (log: {self.log_path})"
         )
 
     @staticmethod
