@@ -86,18 +86,20 @@ def executor_env(settings: Settings, environ: Mapping[str, str] | None = None) -
     return {**forwarded, **settings.to_env()}
 
 
-# Checkpoints (offsets, commits, state) on the local file system without a process per file. Without
+# Checkpoints (offsets, commits, state) on the local file system with fewer processes per file. Without
 # Hadoop's native library (pip's PySpark has none), the default manager's FileContext ran `readlink` for
-# each rename's link status and the checksummed file system `chmod` for each file it created: ads at
-# 300 events/s started 15 processes a second (JFR), and a checkpoint write took ~200 ms. The
-# FileSystem-based manager renames with File.renameTo, and the raw local file system creates a file
-# with no permission to set. Checkpoints are always local here (PipelineLayout.checkpoint); Spark's
-# own Parquet reads of local files then skip the .crc check, which delta-rs never wrote anyway.
-CHECKPOINT_FILES_WITHOUT_SHELL = {
+# each rename's link status: ads at 300 events/s started 15 processes a second (JFR; ~190 of the 918 in
+# 60 s were the checksummed file system's `chmod` of each file it creates, which stays), and a
+# checkpoint write took ~200 ms. The FileSystem-based manager renames with File.renameTo.
+# Not Hadoop's raw local file system for file: paths, though it would spare the chmod too: RocksDB
+# uploads each state snapshot with FileSystem.copyFromLocalFile, which casts FileSystem.getLocal to
+# the checksummed LocalFileSystem. With the raw one every upload failed, and a commit that had to
+# upload one ended its query: ads' CTR at its 121st micro-batch, ten minutes in (2026-11-29;
+# tests/integration/test_state_snapshots.py).
+CHECKPOINT_FILE_MANAGER = {
     "spark.sql.streaming.checkpointFileManagerClass": (
         "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
     ),
-    "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
 }
 
 
@@ -146,7 +148,7 @@ def session_conf(
     if java_options:
         conf["spark.driver.extraJavaOptions"] = " ".join(java_options)
     if streaming:
-        conf |= CHECKPOINT_FILES_WITHOUT_SHELL
+        conf |= CHECKPOINT_FILE_MANAGER
     if scratch:
         conf["spark.local.dir"] = scratch
         if streaming:

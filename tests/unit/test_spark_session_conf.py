@@ -143,14 +143,15 @@ def test_the_streaming_job_serves_its_sources_before_gold() -> None:
     assert weight[SOURCES_POOL] > weight[GOLD_POOL]
 
 
-def test_the_streaming_jobs_checkpoints_are_written_without_a_process_per_file() -> None:
-    """Without Hadoop's native library, FileContext's rename ran `readlink` and the checksummed local
-    file system `chmod` for each checkpoint file: 15 processes a second for ads at 300 events/s."""
+def test_the_streaming_jobs_checkpoints_are_renamed_without_a_process_per_file() -> None:
+    """Without Hadoop's native library, FileContext's rename ran `readlink` for each checkpoint file
+    (702 of the 918 processes ads started in 60 s at 300 events/s). The local file system stays the
+    checksummed one: RocksDB's snapshot upload needs it (test_state_snapshots.py)."""
     streaming = session_conf(Settings(), streaming=True)
     assert streaming["spark.sql.streaming.checkpointFileManagerClass"].endswith(".FileSystemBasedCheckpointFileManager")
-    assert streaming["spark.hadoop.fs.file.impl"] == "org.apache.hadoop.fs.RawLocalFileSystem"
+    assert not any(key.startswith("spark.hadoop.fs.file.") for key in streaming)
     batch = session_conf(Settings())
-    assert "spark.sql.streaming.checkpointFileManagerClass" not in batch and "spark.hadoop.fs.file.impl" not in batch
+    assert "spark.sql.streaming.checkpointFileManagerClass" not in batch
 
 
 def test_a_streaming_job_gets_at_least_a_task_slot_more_than_its_source_queries() -> None:
