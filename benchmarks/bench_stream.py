@@ -218,7 +218,9 @@ class MemorySampler(threading.Thread):
     """Peak RSS (and PSS) of the job's session and, on a cluster, of the worker's (less its ``worker_base``).
 
     ``steady_pss`` is the PSS peak once Spark's start-up workers (:data:`STARTUP_ROLES`) have been seen
-    and have exited: what a job that has run a while holds (0 if the run ended before they did)."""
+    and have exited: what a job that has run a while holds (0 if the run ended before they did).
+    ``minute_peaks``: the PSS peak of each minute since the sampler started, to see whether a long run's
+    memory levels off or keeps growing with a state that does (ads' join grows for 12 minutes)."""
 
     def __init__(self, sid: int, worker_sid: int | None = None, *, broker_pid: int | None = None) -> None:
         super().__init__(daemon=True)
@@ -231,6 +233,8 @@ class MemorySampler(threading.Thread):
         self.peak_pss = 0
         self.peak_roles: dict[str, list[float]] = {}  # where the PSS was at its peak (see by_role)
         self.steady_pss = 0
+        self.started = time.monotonic()
+        self.minute_peaks: list[int] = []
         self._startup_seen = False
         self._roles: dict[int, str] = {}  # every role read so far (see keep_roles)
         self.executor_peak = 0
@@ -247,9 +251,13 @@ class MemorySampler(threading.Thread):
             if self.worker_sid:
                 self.executor_peak = max(self.executor_peak, session_rss_bytes(self.worker_sid) - self.worker_base)
 
-    def observe(self, processes: list[tuple[str, int]]) -> None:
-        """One sample of (role, PSS bytes) per process: the peaks so far."""
+    def observe(self, processes: list[tuple[str, int]], *, at: float | None = None) -> None:
+        """One sample of (role, PSS bytes) per process, taken at ``at`` (monotonic s; None: now): the peaks so far."""
         pss = sum(size for _, size in processes)
+        minute = int(((time.monotonic() if at is None else at) - self.started) // 60)
+        if minute >= len(self.minute_peaks):
+            self.minute_peaks += [0] * (minute + 1 - len(self.minute_peaks))
+        self.minute_peaks[minute] = max(self.minute_peaks[minute], pss)
         if pss > self.peak_pss:
             self.peak_pss, self.peak_roles = pss, by_role(processes)
         starting = any(role in STARTUP_ROLES for role, _ in processes)
@@ -556,6 +564,7 @@ def measure_latency(
         "peak_rss_gb": sampler.peak / 2**30,
         "peak_pss_gb": sampler.peak_pss / 2**30,
         "steady_pss_gb": sampler.steady_pss / 2**30 if sampler.steady_pss else float("nan"),
+        "pss_by_minute_gb": [peak / 2**30 for peak in sampler.minute_peaks],
         "peak_pss_by_role": sampler.peak_roles,
         "executor_peak_rss_gb": sampler.executor_peak / 2**30,
         "progress": str(progress),
@@ -741,7 +750,21 @@ def summarize_runs(pipeline: str, runs: list[dict[str, Any]]) -> list[str]:
             "  peak PSS at that rate once Spark's start-up workers had exited: "
             + spread([x.get("steady_pss_gb", float("nan")) for x in latency], " GB", 2)
         )
+        by_minute = minute_line(latency)
+        if by_minute:
+            lines.append(by_minute)
     return lines
+
+
+def minute_line(latency: list[dict[str, Any]]) -> str:
+    """The PSS peak of each minute of the job (the median over runs), for runs of more than 3 minutes:
+    whether memory levels off or keeps growing. Empty for shorter runs."""
+    series = [x.get("pss_by_minute_gb") or [] for x in latency]
+    minutes = min(len(s) for s in series) if series else 0
+    if minutes <= 3:
+        return ""
+    peaks = [statistics.median(s[m] for s in series) for m in range(minutes)]
+    return "  PSS peak in each minute of the job at that rate: " + ", ".join(f"{p:.2f}" for p in peaks) + " GB"
 
 
 def cpu_line(latency: list[dict[str, Any]]) -> list[str]:

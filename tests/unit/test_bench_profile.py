@@ -20,6 +20,7 @@ from bench_stream import (
     keep_roles,
     loop_seconds,
     machine_line,
+    minute_line,
     process_role,
     render_memory,
     spawning,
@@ -116,6 +117,23 @@ def test_the_steady_peak_counts_only_samples_after_the_start_up_workers_exited()
     sampler.observe([("JVM", 510 * mib)])
     assert (sampler.peak_pss, sampler.steady_pss) == (600 * mib, 550 * mib)
     assert sampler.peak_roles["read-planning worker"] == [1, 60.0]
+
+
+def test_each_minute_keeps_its_own_pss_peak_so_a_long_run_shows_growth() -> None:
+    sampler = MemorySampler(sid=0)
+    mib, t0 = 2**20, sampler.started
+    sampler.observe([("JVM", 400 * mib)], at=t0 + 5)
+    sampler.observe([("JVM", 450 * mib)], at=t0 + 50)
+    sampler.observe([("JVM", 420 * mib)], at=t0 + 61)
+    sampler.observe([("JVM", 700 * mib)], at=t0 + 245)  # minute 4; minutes 2 and 3 had no sample
+    assert sampler.minute_peaks == [450 * mib, 420 * mib, 0, 0, 700 * mib]
+    runs = [
+        {"pss_by_minute_gb": [1.0, 1.2, 1.4, 1.6, 1.8]},
+        {"pss_by_minute_gb": [1.2, 1.4, 1.6, 1.8, 2.0, 2.2]},
+        {"pss_by_minute_gb": [1.1, 1.3, 1.5, 1.7, 1.9]},
+    ]
+    assert minute_line(runs) == "  PSS peak in each minute of the job at that rate: 1.10, 1.30, 1.50, 1.70, 1.90 GB"
+    assert minute_line([{"pss_by_minute_gb": [1.0, 1.1, 1.2]}, {}]) == ""
 
 
 def test_the_machine_probe_scales_each_sample_to_the_reported_loop() -> None:
