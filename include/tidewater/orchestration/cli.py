@@ -99,7 +99,7 @@ def cmd_platform(args: argparse.Namespace, settings: Settings) -> int:
     from tidewater.broker import DurableBroker, EmbeddedBroker
     from tidewater.orchestration.airflow_env import passwords_file
     from tidewater.orchestration.airflow_local import LocalAirflow
-    from tidewater.orchestration.platform import PlatformState, crowded_host
+    from tidewater.orchestration.platform import PlatformState, crowded_host, in_memory_broker_growth
     from tidewater.pipelines import all_pipelines
 
     state = PlatformState(settings)
@@ -140,6 +140,9 @@ def cmd_platform(args: argparse.Namespace, settings: Settings) -> int:
             print(f"tidewater: embedded Kafka broker (tansu, {kind}) on {broker.bootstrap_servers}", flush=True)
         settings = settings.replace(batch_start_date=settings.batch_start_date or state.first_start_hour())
         generator = _feed(args, settings, stopper)
+        if broker is not None and not args.durable_broker:
+            offered = args.rate * len(generator.pipelines) if generator is not None else 0.0
+            print(f"tidewater: note: {in_memory_broker_growth(offered)}", flush=True)
 
         print("tidewater: starting Airflow (api-server, scheduler, dag-processor, triggerer)...", flush=True)
         airflow = LocalAirflow(settings)

@@ -173,6 +173,22 @@ def crowded_host(pipelines: list[str], cores: int | None) -> str | None:
     )
 
 
+# What tansu's memory engine holds for each record: it keeps every one (no retention or topic configs,
+# ../shared/DESIGN.md). Measured 2026-11-29 with 200-byte values: RSS 44 -> 426 MiB over 1.2M records.
+IN_MEMORY_BROKER_BYTES_PER_RECORD = 330
+
+
+def in_memory_broker_growth(events_per_s: float) -> str:
+    """What the in-memory embedded broker will hold as the platform runs, and what to do about it."""
+    kept = "keeps every record it is sent (no retention)"
+    advice = "for a platform that runs for days, point TIDEWATER_KAFKA_BOOTSTRAP_SERVERS at a Kafka with retention"
+    if events_per_s <= 0:
+        return f"the in-memory broker {kept}; {advice}"
+    per_hour = events_per_s * IN_MEMORY_BROKER_BYTES_PER_RECORD * 3600 / 1e9
+    growth = f"at ~{events_per_s:,.0f} events/s it grows ~{per_hour:.1f} GB an hour"
+    return f"the in-memory broker {kept}: {growth}; {advice}"
+
+
 class GeneratorThread(threading.Thread):
     """One pipeline's sample events, produced to its topic at ``rate`` in real time until ``stop``.
 
