@@ -129,8 +129,9 @@ def ephemeral_ports(path: Path = Path("/proc/sys/net/ipv4/ip_local_port_range"))
 def port_pair_range() -> tuple[int, int]:
     """Where P of a (P, P + 10000) pair is drawn from: below the ephemeral range, both of them, where
     possible. A port in that range can be taken by any connection between our check and weed's bind
-    (weed binds ten listeners one after another): a cluster-profile run of the suite lost its S3
-    server that way, exit code 255, once in several runs."""
+    (weed binds ten listeners one after another). A cluster-profile run of the suite lost its S3
+    server at start (exit code 255, its log gone) once in several runs; such a race is the likeliest
+    cause."""
     low, _ = ephemeral_ports()
     top = low - 1 - GRPC_OFFSET
     if top - 10_000 >= 1_000:
