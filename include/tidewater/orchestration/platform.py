@@ -174,7 +174,8 @@ def crowded_host(pipelines: list[str], cores: int | None) -> str | None:
 
 
 # What tansu's memory engine holds for each record: it keeps every one (no retention or topic configs,
-# ../shared/DESIGN.md). Measured 2026-11-29 with 200-byte values: RSS 44 -> 426 MiB over 1.2M records.
+# ../shared/DESIGN.md). Measured 2026-11-29 with 259-byte values (benchmarks/bench_broker_growth.py): RSS
+# 44 -> 426 MiB over 1.2M records, so little more than the value itself.
 IN_MEMORY_BROKER_BYTES_PER_RECORD = 330
 
 
