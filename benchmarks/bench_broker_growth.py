@@ -2,9 +2,9 @@
 
 tansu's memory engine keeps every record it is sent: it has no retention, topic configs or
 DeleteRecords (``../shared/DESIGN.md``). This benchmark starts one (:class:`tidewater.broker.EmbeddedBroker`),
-fills a 4-partition topic to each of ``--at`` records with 200-byte values, and at each step follows
-the tail for ``--seconds`` (a producer adding ~2,000 records/s, a consumer reading them as a stream's
-source would), then prints the broker's share of a core over that window and its RSS. No Spark: the
+fills a 4-partition topic to each of ``--at`` records with 259-byte values, and at each step follows
+the tail for ``--seconds`` (a producer adding records, a consumer reading them as a stream's source
+would; ~2,800 records/s here), then prints the broker's share of a core over that window and its RSS. No Spark: the
 broker alone. ``./tw run`` quotes the bytes per record it prints
 (:data:`tidewater.orchestration.platform.IN_MEMORY_BROKER_BYTES_PER_RECORD`).
 
@@ -18,6 +18,7 @@ import os
 import platform
 import time
 
+from bench_stream import cpu_seconds, rss_bytes
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
@@ -29,20 +30,6 @@ PAYLOAD = (
     + b"x" * 150
     + b'"}'
 )
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as handle:
-        fields = handle.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as handle:
-        for line in handle:
-            if line.startswith("VmRSS"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def main() -> None:
@@ -77,15 +64,15 @@ def main() -> None:
                     send(min(10_000, target - sent))
                 consumer.seek_to_end(*partitions)
                 consumer.poll(timeout_ms=500)
-                cpu_before, started, read = cpu_seconds(pid), time.time(), 0
+                cpu_before, started, read = cpu_seconds(pid) or 0.0, time.time(), 0
                 while time.time() - started < args.seconds:
                     send(200)
                     read += sum(len(batch) for batch in consumer.poll(timeout_ms=100).values())
                     time.sleep(0.05)
-                share = 100 * (cpu_seconds(pid) - cpu_before) / (time.time() - started)
+                share = 100 * ((cpu_seconds(pid) or 0.0) - cpu_before) / (time.time() - started)
                 print(
                     f"log {sent:>10,} records: broker {share:.0f}% of a core following the tail"
-                    f" ({read / args.seconds:,.0f} records/s read), RSS {rss_mib(pid):,.0f} MiB",
+                    f" ({read / args.seconds:,.0f} records/s read), RSS {rss_bytes([pid]) / 2**20:,.0f} MiB",
                     flush=True,
                 )
         finally:
