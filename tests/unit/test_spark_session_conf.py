@@ -11,6 +11,7 @@ from tidewater.config import Settings
 from tidewater.errors import ConfigError
 from tidewater.spark import (
     GOLD_POOL,
+    JOIN_STATE_FORMAT,
     ROCKSDB_PROVIDER,
     SCHEDULER_POOLS_XML,
     SOURCES_POOL,
@@ -28,6 +29,9 @@ def test_a_local_master_shares_the_drivers_environment():
     conf = session_conf(Settings(spark_master="local[2]"), S3)
     assert conf["spark.sql.streaming.stateStore.providerClass"] == ROCKSDB_PROVIDER
     assert conf["spark.sql.session.timeZone"] == "UTC"
+    # a batch session too: the tests' shared session runs the streams of in-process tests
+    for streaming in (False, True):
+        assert JOIN_STATE_FORMAT.items() <= session_conf(Settings(), {}, streaming=streaming).items()
     assert not [key for key in conf if key.startswith("spark.executorEnv.")]
     assert "spark.cores.max" not in conf  # local[N] has its N threads, nothing to share
     assert all(is_local_master(m) for m in ("local", "local[2]", "local[*]", "local[2,3]"))
