@@ -332,6 +332,28 @@ def test_merge_deletes_keys_in_the_same_commit(table: LakeTable) -> None:
     assert DeltaTable(table.uri).schema().to_arrow().names == source.schema.names
 
 
+def test_merge_reads_only_the_files_its_range_keys_reach(lake_uri: str) -> None:
+    """range_keys: the source's least..greatest of a key bounds the target side, so the merge skips
+    the files outside (delta-rs prunes none on the equality alone), with the same result."""
+    results = {}
+    for bounded in (False, True):
+        lake = LakeTable(f"{lake_uri}/gold-{bounded}")
+        lake.ensure(SCHEMA)
+        for first in (0, 100, 200):  # three files, ts 100 seconds apart
+            lake.append_arrow(pa.Table.from_batches([make_batch([first, first + 1])]))
+        source = pa.Table.from_batches([make_batch([101, 150], name="upd")])  # one update, one insert
+        result = lake.merge(source, keys=["ts", "id"], range_keys=["ts"] if bounded else ())
+        results[bounded] = [(r["id"], r["name"]) for r in rows(lake.uri)]
+        assert result.files_read == (1 if bounded else 3)
+    assert results[True] == results[False]
+    assert (101, "upd101") in results[True] and (150, "upd150") in results[True] and len(results[True]) == 7
+
+
+def test_a_range_key_must_be_a_merge_key(table: LakeTable) -> None:
+    with pytest.raises(ValueError, match="must be among the merge keys"):
+        table.merge(pa.Table.from_batches([make_batch([1])]), keys=["id"], range_keys=["ts"])
+
+
 def test_replace_where(table: LakeTable) -> None:
     """Rows matching the predicate are replaced atomically; other rows stay."""
     append(table, make_batch([1, 2], DAY1))

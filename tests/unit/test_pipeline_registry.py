@@ -76,6 +76,9 @@ def test_table_kinds_declare_their_stream_mode_and_feed():
     signups = pageviews.gold_table("signups")  # a projection: one row per event, spanning its instant
     assert signups.output_mode == "append" and not signups.grows_until_quiet and not signups.rows_merge
     assert signups.span == ("viewed_at", "viewed_at") and signups.feed_margins() == (dt.timedelta(0),) * 2
+    # a stream's MERGE is bounded by the span start where it is a key; a view's time is not one
+    assert hourly.range_keys == sessions.range_keys == joined.range_keys == ("window_start",)
+    assert signups.range_keys == ()
 
 
 def test_the_deployment_runs_the_pipelines_it_names(monkeypatch):

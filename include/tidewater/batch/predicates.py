@@ -8,7 +8,6 @@ in step. Entity values arrive as command-line strings and are converted to the c
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,22 +19,7 @@ from pyspark.sql import functions as F
 
 from tidewater.batch.interval import Interval
 from tidewater.errors import ConfigError
-from tidewater.times import iso
-
-
-def sql_timestamp(value: dt.datetime) -> str:
-    """A delta-rs (DataFusion) timestamp literal: an ISO string it casts to the column's UTC type."""
-    return f"'{iso(value)}'"
-
-
-def sql_literal(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, dt.datetime):
-        return sql_timestamp(value)
-    return "'" + str(value).replace("'", "''") + "'"
+from tidewater.lake.sql import sql_literal, sql_timestamp
 
 
 def coerce_entities(values: Sequence[str], column: str, kind: pa.DataType) -> tuple[Any, ...]:

@@ -13,7 +13,7 @@ import datetime as dt
 import json
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +27,7 @@ from deltalake.transaction import AddAction, CommitProperties, PostCommitHookPro
 
 from tidewater.errors import LakePathError
 from tidewater.lake.files import HIVE_NULL
+from tidewater.lake.sql import range_filter
 from tidewater.lake.storage import filesystem, storage_options
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,7 @@ class CommitResult:
     version: int
     files: int = 0
     rows: int = 0
+    files_read: int | None = None  # a merge's: target files it scanned for matches
 
 
 @dataclass(frozen=True)
@@ -284,7 +286,7 @@ class LakeTable:
         metadata: dict[str, Any] | None = None,
         update: bool = True,
         keep: Sequence[str] = (),
-        prune: Mapping[str, Sequence[str]] | None = None,
+        range_keys: Sequence[str] = (),
         target_filter: str | None = None,
         delete: pa.Table | None = None,
     ) -> CommitResult:
@@ -292,9 +294,15 @@ class LakeTable:
         its values of the ``keep`` columns. Rows matching a key of ``delete`` (key columns only) are
         deleted in the same commit.
 
-        ``prune`` ({partition column: values}) restricts the target side to those partitions and
-        ``target_filter`` (SQL on alias ``t``) further, so the merge reads only files that can match.
+        The merge reads only the files that can hold a match. delta-rs prunes no file on the key
+        equality alone: it read every file of the table on every merge, so a gold table's merge grew
+        with all the table ever held (measured: 10k-row merges, 37 ms at 1 file, 357 ms at 136).
+        ``range_keys`` (key columns of ``source``, see :func:`tidewater.lake.sql.range_filter`) bound
+        the target side to the least..greatest value ``source`` holds of each, and ``target_filter``
+        (SQL on alias ``t``) further.
         """
+        if not set(range_keys) <= set(keys):
+            raise ValueError(f"range_keys {list(range_keys)} must be among the merge keys {list(keys)}")
         deleting = delete is not None and delete.num_rows > 0
         if deleting:
             source = source.cast(pa.schema([f.with_nullable(True) for f in source.schema]))  # deletions: nulls
@@ -307,11 +315,9 @@ class LakeTable:
         if skipped is not None:
             return skipped
         predicate = " AND ".join(f"t.`{k}` = s.`{k}`" for k in keys)
-        for column, values in (prune or {}).items():
-            listed = ", ".join("'" + str(v).replace("'", "''") + "'" for v in values)
-            predicate += f" AND t.`{column}` IN ({listed})"
-        if target_filter:
-            predicate += f" AND ({target_filter})"
+        for bound in (range_filter(source, range_keys, alias="t"), target_filter):
+            if bound:
+                predicate += f" AND ({bound})"
         merger = table.merge(
             source,
             predicate,
@@ -327,10 +333,11 @@ class LakeTable:
         if update:
             kept = [c for c in columns if c not in keep]
             merger = merger.when_matched_update(updates={f"`{c}`": f"s.`{c}`" for c in kept}, predicate=only_upserts)
-        merger.when_not_matched_insert(
+        metrics = merger.when_not_matched_insert(
             updates={f"`{c}`": f"s.`{c}`" for c in columns}, predicate=only_upserts
         ).execute()  # updates ``table`` to the version it committed: no second read of the log
-        return CommitResult(True, int(table.version()), rows=source.num_rows)
+        scanned = metrics.get("num_target_files_scanned")
+        return CommitResult(True, int(table.version()), rows=source.num_rows, files_read=scanned)
 
     def append_arrow(
         self,

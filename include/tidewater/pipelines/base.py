@@ -154,6 +154,15 @@ class GoldTable:
         return WINDOW_SPAN
 
     @property
+    def range_keys(self) -> tuple[str, ...]:
+        """Keys whose range in a batch of rows bounds the stored rows they can match: the span start,
+        when it is a key (a row matches only a stored row of its own start). A stream's MERGE then reads
+        the files of the starts its micro-batch touches, not the whole table (see
+        :meth:`tidewater.lake.tables.LakeTable.merge`)."""
+        start = self.span[0]
+        return (start,) if start in self.keys else ()
+
+    @property
     def trigger_seconds(self) -> float | None:
         """The declared :attr:`trigger_interval` in seconds (None: the gold trigger)."""
         return trigger_seconds_of(self.trigger_interval)

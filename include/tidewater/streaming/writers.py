@@ -470,6 +470,7 @@ class GoldWriter:
         # A row the stream updates is provisional again; its correction count stays.
         return {
             "keys": self.gold.keys,
+            "range_keys": self.gold.range_keys,
             "keep": ("revision",),
             "app_id": self.app_id,
             "batch_id": batch_id,
