@@ -107,7 +107,8 @@ CHECKPOINT_FILE_MANAGER = {
 # evicts only the rows the watermark passed. Formats 2 and 3 scan all of a join's state on every
 # micro-batch: ads' join of impressions and clicks (state held 12 minutes, and an hour for orphan
 # clicks) went from 3.4 s a trigger at 1 minute to 20.8 s at 14.5 (3.27M rows), and fell behind. On
-# format 4 the same run held 3-4 s to the 12th minute, when its eviction begins (2026-11-29, README).
+# format 4 the same bench held 3-4 s to the 12th minute, when its eviction begins (2026-11-29, README;
+# benchmarks/bench_join_state.py measures the two formats apart).
 # Spark 4.2 still gates format 4 behind its own flag ("under development"). A checkpoint keeps the
 # format it was started with (Spark restores it from the offset log), so older checkpoints go on in
 # theirs; the flag must stay on while any checkpoint of format 4 exists.
