@@ -34,6 +34,7 @@ import pyarrow as pa
 
 from tidewater.lake.compaction import StreamCompaction
 from tidewater.lake.tables import LakeTable
+from tidewater.pipelines import get_pipeline
 
 SCHEMA = pa.schema(
     [
@@ -47,7 +48,8 @@ SCHEMA = pa.schema(
         ("revision", pa.int32()),
     ]
 )
-KEYS = ("window_start", "campaign_id", "impression_id", "click_id")
+# The table it stands for: its keys and range keys as the stream's GoldWriter passes them.
+GOLD = get_pipeline("ads").gold_table("clicked_impressions")
 START = dt.datetime(2026, 11, 29, tzinfo=dt.UTC)
 WINDOW = 50  # merges each printed figure is taken over
 
@@ -90,7 +92,9 @@ def run(root: str, label: str, range_keys: tuple[str, ...], args: argparse.Names
     for batch_id in range(1, args.merges + 1):
         rows = batch(rng, batch_id, args, written)
         began = time.perf_counter()
-        result = table.merge(rows, keys=KEYS, range_keys=range_keys, keep=("revision",), app_id="b", batch_id=batch_id)
+        result = table.merge(
+            rows, keys=GOLD.keys, range_keys=range_keys, keep=("revision",), app_id="b", batch_id=batch_id
+        )
         times.append((time.perf_counter() - began) * 1000)
         read.append(result.files_read or 0)
         compaction.after_commit(table, result)
@@ -129,7 +133,7 @@ def main() -> None:
     )
     with tempfile.TemporaryDirectory(prefix="tw-bench-gold-merge-") as tmp:
         root = Path(tmp).as_uri()
-        run(root, "bounded by window_start", ("window_start",), args, at)
+        run(root, f"bounded by {', '.join(GOLD.range_keys)}", GOLD.range_keys, args, at)
         run(root, "unbounded", (), args, at)
 
 

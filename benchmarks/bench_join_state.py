@@ -23,11 +23,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from tidewater.config import Settings
-from tidewater.spark import build_session
+from tidewater.spark import JOIN_STATE_FORMAT_KEY, build_session
 from tidewater.transforms import bounded_join
 
-FORMAT_KEY = "spark.sql.streaming.join.stateFormatVersion"
 WATERMARK_S = 10
+TRIGGER_S = 5
 
 
 def joined(spark: SparkSession, rate: int, bound: int) -> DataFrame:
@@ -62,12 +62,12 @@ def joined(spark: SparkSession, rate: int, bound: int) -> DataFrame:
 
 
 def run(spark: SparkSession, fmt: str, args: argparse.Namespace, root: str) -> list[dict[str, Any]]:
-    spark.conf.set(FORMAT_KEY, fmt)
+    spark.conf.set(JOIN_STATE_FORMAT_KEY, fmt)
     query = (
         joined(spark, args.rate, args.bound)
         .writeStream.format("noop")
         .option("checkpointLocation", f"{root}/format-{fmt}")
-        .trigger(processingTime="5 seconds")
+        .trigger(processingTime=f"{TRIGGER_S} seconds")
         .start()
     )
     began = time.monotonic()
@@ -119,11 +119,14 @@ def main() -> None:
     args = parser.parse_args()
     if args.seconds < 30 or args.bound < 1 or args.rate < 12:
         parser.error("--seconds at least 30, --bound at least 1, --rate at least 12")
-    evicting_from = (args.bound + WATERMARK_S) // 5 + 2  # the first micro-batch whose watermark passes a bound
+    evicting_from = (args.bound + WATERMARK_S) // TRIGGER_S + 2  # the first micro-batch whose watermark passes a bound
     with tempfile.TemporaryDirectory(prefix="tw-bench-join-state-") as tmp:
         spark = build_session(Settings(state_dir=tmp), "bench-join-state", master="local[2]")
         try:
-            print(f"{args.rate} impressions/s, {max(1, args.rate // 12)} clicks/s, bound {args.bound} s, 5 s trigger")
+            print(
+                f"{args.rate} impressions/s, {max(1, args.rate // 12)} clicks/s, bound {args.bound} s, "
+                f"{TRIGGER_S} s trigger"
+            )
             for fmt in ("4", "2"):
                 summary(fmt, run(spark, fmt, args, tmp), evicting_from)
         finally:

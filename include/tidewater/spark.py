@@ -112,9 +112,10 @@ CHECKPOINT_FILE_MANAGER = {
 # Spark 4.2 still gates format 4 behind its own flag ("under development"). A checkpoint keeps the
 # format it was started with (Spark restores it from the offset log), so older checkpoints go on in
 # theirs; the flag must stay on while any checkpoint of format 4 exists.
+JOIN_STATE_FORMAT_KEY = "spark.sql.streaming.join.stateFormatVersion"
 JOIN_STATE_FORMAT = {
     "spark.sql.streaming.join.stateFormatV4.enabled": "true",
-    "spark.sql.streaming.join.stateFormatVersion": "4",
+    JOIN_STATE_FORMAT_KEY: "4",
 }
 
 

@@ -16,10 +16,9 @@ from pathlib import Path
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from tidewater.spark import JOIN_STATE_FORMAT
+from tidewater.spark import JOIN_STATE_FORMAT, JOIN_STATE_FORMAT_KEY
 from tidewater.transforms import bounded_join
 
-FORMAT_KEY = "spark.sql.streaming.join.stateFormatVersion"
 IMPRESSION_DDL = "impression_id STRING, shown_at TIMESTAMP"
 CLICK_DDL = "click_id STRING, clicked_impression_id STRING, clicked_at TIMESTAMP"
 
@@ -28,7 +27,7 @@ CLICK_DDL = "click_id STRING, clicked_impression_id STRING, clicked_at TIMESTAMP
 def join_format(spark: SparkSession) -> Iterator[None]:
     """Leaves the shared session's join format as the platform set it."""
     yield
-    spark.conf.set(FORMAT_KEY, JOIN_STATE_FORMAT[FORMAT_KEY])
+    spark.conf.set(JOIN_STATE_FORMAT_KEY, JOIN_STATE_FORMAT[JOIN_STATE_FORMAT_KEY])
 
 
 def _write(folder: Path, name: str, rows: list[dict]) -> None:
@@ -75,7 +74,7 @@ def _run(spark: SparkSession, root: Path) -> set[tuple[str, str | None]]:
 def _checkpoint_format(root: Path) -> str:
     offsets = [p for p in (root / "checkpoint" / "offsets").iterdir() if p.name.isdigit()]
     newest = max(offsets, key=lambda p: int(p.name))
-    return json.loads(newest.read_text().splitlines()[1])["conf"][FORMAT_KEY]
+    return json.loads(newest.read_text().splitlines()[1])["conf"][JOIN_STATE_FORMAT_KEY]
 
 
 def _impression(impression_id: str, minute: int) -> dict:
@@ -91,7 +90,9 @@ def _first_then_second_run(spark: SparkSession, root: Path) -> tuple[set, set]:
     _write(root / "impressions", "a", [_impression("i1", 0), _impression("i2", 0)])
     _write(root / "clicks", "a", [_click("c0", "nobody", 0)])
     first = _run(spark, root)
-    spark.conf.set(FORMAT_KEY, JOIN_STATE_FORMAT[FORMAT_KEY])  # the platform's format from here on
+    spark.conf.set(
+        JOIN_STATE_FORMAT_KEY, JOIN_STATE_FORMAT[JOIN_STATE_FORMAT_KEY]
+    )  # the platform's format from here on
     # i1 is clicked in the second run; i2 never. Events 20 minutes on move the watermark past i2's bound.
     _write(root / "clicks", "b", [_click("c1", "i1", 3), _click("c9", "x", 20)])
     _write(root / "impressions", "b", [_impression("i9", 20)])
@@ -110,7 +111,7 @@ def test_a_new_checkpoint_joins_on_format_4_and_its_state_survives_a_restart(spa
 
 
 def test_a_checkpoint_started_on_format_2_goes_on_in_format_2_with_its_state(spark, tmp_path, join_format):
-    spark.conf.set(FORMAT_KEY, "2")
+    spark.conf.set(JOIN_STATE_FORMAT_KEY, "2")
     first, second = _first_then_second_run(spark, tmp_path)
     second |= _run(spark, tmp_path)
     assert _checkpoint_format(tmp_path) == "2"
