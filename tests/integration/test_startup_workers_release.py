@@ -23,7 +23,8 @@ from tidewater.streaming.startup_workers import (
 
 
 def startup_processes(jvm: int) -> dict[int, str]:
-    """The JVM's start-up daemons and the workers forked from them: pid -> worker module."""
+    """This JVM's start-up daemons and the workers forked from them: pid -> worker module. Another JVM's
+    (a second pytest worker's session) are not this one's, though their command lines are the same."""
     parents: dict[int, int] = {}
     modules: dict[int, str] = {}
     for entry in os.listdir("/proc"):
@@ -38,7 +39,8 @@ def startup_processes(jvm: int) -> dict[int, str]:
             continue
         if "pyspark.daemon" in argv and argv[-1] in STARTUP_WORKER_MODULES:
             modules[int(entry)] = argv[-1]
-    return {pid: module for pid, module in modules.items() if parents[pid] == jvm or parents[pid] in modules}
+    daemons = {pid for pid in modules if parents[pid] == jvm}
+    return {pid: module for pid, module in modules.items() if pid in daemons or parents[pid] in daemons}
 
 
 def produce(servers: str, topic: str, count: int) -> None:
