@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from pyspark.sql import SparkSession
 
+from tidewater import class_data
 from tidewater.config import Settings
 from tidewater.processes import scratch_dir, spark_child_env
 
@@ -134,11 +135,13 @@ def session_conf(
     *,
     scratch: str | None = None,
     streaming: bool = False,
+    class_data_options: Sequence[str] = (),
 ) -> dict[str, str]:
     """Every Spark setting of a tidewater session (pure: tested without a JVM).
 
     ``scratch`` is the driver's temporary folder (see :func:`tidewater.processes.scratch_dir`);
-    ``streaming``: the streaming job's session, whose heap is ``stream_driver_memory``."""
+    ``streaming``: the streaming job's session, whose heap is ``stream_driver_memory``;
+    ``class_data_options``: the JVM options that map the class-data archive (:mod:`tidewater.class_data`)."""
     conf = {
         "spark.driver.memory": settings.stream_driver_memory if streaming else settings.spark_driver_memory,
         "spark.driver.host": "127.0.0.1",
@@ -161,6 +164,7 @@ def session_conf(
     java_options = [f"-Djava.io.tmpdir={scratch}"] if scratch else []
     if streaming:  # applies where the session starts the JVM; spark-submit gets them from stream_job_command
         java_options += settings.stream_java_options.split()
+    java_options += class_data_options
     if java_options:
         conf["spark.driver.extraJavaOptions"] = " ".join(java_options)
     if streaming:
@@ -195,7 +199,8 @@ def build_session(
     if streaming:
         with open(scheduler_pools_file(scratch), "w", encoding="utf-8") as handle:
             handle.write(SCHEDULER_POOLS_XML)
-    for key, value in session_conf(settings, scratch=scratch, streaming=streaming).items():
+    conf = session_conf(settings, scratch=scratch, streaming=streaming, class_data_options=class_data.java_options())
+    for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

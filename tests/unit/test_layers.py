@@ -25,6 +25,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "tidewater.times",
             "tidewater.paths",
             "tidewater.processes",
+            "tidewater.class_data",
             "tidewater.faults",
             "tidewater.phase_clock",
             "tidewater.strict_json",

@@ -7,6 +7,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from tidewater import class_data
 from tidewater.config import Settings
 from tidewater.errors import ConfigError
 from tidewater.spark import (
@@ -112,9 +113,10 @@ def test_the_streaming_job_has_its_own_heap() -> None:
     assert Settings().stream_driver_memory == "1g"
 
 
-def test_the_streaming_job_runs_with_its_own_jvm_options_however_it_is_started() -> None:
+def test_the_streaming_job_runs_with_its_own_jvm_options_however_it_is_started(monkeypatch) -> None:
     """In a session that starts its JVM (``tidewater stream``) and on spark-submit's command line (the
     supervisor, the benchmarks): the same options, which batch jobs do not get."""
+    monkeypatch.setattr(class_data, "java_options", lambda: [])  # no class-data archive here
     settings = Settings(stream_java_options="-XX:+UseSerialGC -XX:MaxMetaspaceSize=256m")
     streaming = session_conf(settings, {}, scratch="/state/scratch/7", streaming=True)
     assert streaming["spark.driver.extraJavaOptions"] == (
@@ -184,3 +186,17 @@ def test_a_streaming_job_gets_at_least_a_task_slot_more_than_its_source_queries(
         assert command[command.index("--master") + 1] == master, pipeline
     with pytest.raises(ConfigError, match="TIDEWATER_STREAM_EXTRA_TASK_SLOTS='-1': must be auto, or a number"):
         Settings.from_env({"TIDEWATER_STREAM_EXTRA_TASK_SLOTS": "-1"})
+
+
+def test_every_driver_jvm_maps_the_class_data_archive_when_there_is_one(monkeypatch) -> None:
+    """Sessions (batch and streaming) and the streaming job's spark-submit get the archive's options
+    after their own; without an archive nothing changes (the test above)."""
+    archive = ["-XX:SharedArchiveFile=/venv/share/tidewater/class-data/spark-1.jsa", "-Xlog:cds=off"]
+    settings = Settings(stream_java_options="-XX:+UseSerialGC")
+    batch = session_conf(settings, {}, scratch="/s", class_data_options=archive)
+    assert batch["spark.driver.extraJavaOptions"] == "-Djava.io.tmpdir=/s " + " ".join(archive)
+    streaming = session_conf(settings, {}, scratch="/s", streaming=True, class_data_options=archive)
+    assert streaming["spark.driver.extraJavaOptions"] == "-Djava.io.tmpdir=/s -XX:+UseSerialGC " + " ".join(archive)
+    monkeypatch.setattr(class_data, "java_options", lambda: archive)
+    command = stream_job_command(settings, "rsvps", ())
+    assert command[command.index("--driver-java-options") + 1] == "-XX:+UseSerialGC " + " ".join(archive)

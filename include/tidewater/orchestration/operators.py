@@ -16,6 +16,7 @@ from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
+from tidewater import class_data
 from tidewater.batch.result import RESULT_PREFIX
 from tidewater.config import Settings
 from tidewater.orchestration.assets import annotate_events, job_result
@@ -38,6 +39,8 @@ class TidewaterSparkJobOperator(SparkSubmitOperator):
         settings = Settings.from_env()
         self._driver_memory = settings.spark_driver_memory
         self.env_vars = {**settings.to_env(), **spark_child_env()}
+        if options := class_data.java_options():  # spark-submit starts the driver JVM: its options go here
+            self.conf = {**(self.conf or {}), "spark.driver.extraJavaOptions": " ".join(options)}
         self._result_lines: list[str] = []
         super().execute(context)
         if self.outlets:

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from tidewater import faults
+from tidewater import class_data, faults
 from tidewater.config import Settings
 from tidewater.paths import spark_job
 from tidewater.pipelines import get_pipeline
@@ -32,7 +32,7 @@ def job_master(settings: Settings, pipeline: str) -> str:
 def stream_job_command(settings: Settings, pipeline: str, extra_args: Sequence[str] = ()) -> list[str]:
     """The spark-submit command line of ``pipeline``'s streaming job. spark-submit starts the JVM before
     any of our code reads the session's conf, so the job's heap and JVM options are given here."""
-    java_options = settings.stream_java_options.strip()
+    java_options = " ".join([*settings.stream_java_options.split(), *class_data.java_options()])
     return [
         str(Path(sys.executable).parent / "spark-submit"),
         "--master",
