@@ -130,7 +130,7 @@ def build(*, timeout_s: float = 600) -> Path | None:
         "--conf",
         "spark.driver.host=127.0.0.1",
         "--driver-java-options",
-        f"-XX:ArchiveClassesAtExit={partial} -Xlog:cds=off -Xlog:cds+dynamic=off",
+        " ".join([f"-XX:ArchiveClassesAtExit={partial}", *QUIET]),
         str(workload),
     ]
     began = time.monotonic()

@@ -89,8 +89,8 @@ def run(folder: str) -> None:
 
 
 def _ran(progress: list[dict]) -> bool:
-    """A query ran a few micro-batches, one of them with rows. Not a fixed count for every query: once
-    the Delta stream has read its table it reports progress only every 10 s."""
+    """A query ran its first micro-batches, one of them with rows. Only two: once the Delta stream has
+    read its table it reports progress only every 10 s."""
     return len(progress) >= MICRO_BATCHES and any(p.get("numInputRows") for p in progress)
 
 
