@@ -33,6 +33,7 @@ import pytest
 from kafka import KafkaProducer
 
 from pipeline_helpers import produce_generated, wait_for
+from tidewater import class_data
 from tidewater.broker import free_port
 from tidewater.config import Settings
 from tidewater.generator.events import GeneratorConfig, generate, parse_ts
@@ -212,6 +213,12 @@ def test_airflow_on_postgres_supervises_a_stream_on_the_standalone_master_into_t
         assert env["AWS_ENDPOINT_URL"] == settings.s3_endpoint_url
         assert env["TIDEWATER_LAKE_ROOT"] == "s3://lake/tidewater"
         assert env["TIDEWATER_KAFKA_BOOTSTRAP_SERVERS"] == settings.kafka_bootstrap_servers
+    # The executors and the worker map the install's class-data archive, as the driver does (HotSpot
+    # maps an archive it uses and silently skips one it cannot; tidewater.class_data).
+    if options := class_data.java_options():
+        archive = options[0].removeprefix("-XX:SharedArchiveFile=")
+        for pid in (*executors, worker):
+            assert archive in Path(f"/proc/{pid}/maps").read_text(), (pid, archive)
     with lake_environment(job_env(profile)):
         fs, path = storage.filesystem(layout.table_uri("silver"))
         files = fs.get_file_info(pafs.FileSelector(path, recursive=True))

@@ -21,6 +21,7 @@ from tidewater.spark import (
     session_conf,
     stream_master,
 )
+from tidewater.spark_cluster import StandaloneCluster
 from tidewater.streaming.jobs import stream_job_command
 
 S3 = {"AWS_ACCESS_KEY_ID": "key", "AWS_SECRET_ACCESS_KEY": "secret", "PYSPARK_PYTHON": "/venv/bin/python"}
@@ -200,3 +201,22 @@ def test_every_driver_jvm_maps_the_class_data_archive_when_there_is_one(monkeypa
     monkeypatch.setattr(class_data, "java_options", lambda: archive)
     command = stream_job_command(settings, "rsvps", ())
     assert command[command.index("--driver-java-options") + 1] == "-XX:+UseSerialGC " + " ".join(archive)
+
+
+def test_a_clusters_executors_and_daemons_map_the_class_data_archive_too(monkeypatch, tmp_path) -> None:
+    """Each job's executors are new JVMs, and so are the standalone master and worker: all get the
+    archive's options (executors through the session, the daemons through SPARK_DAEMON_JAVA_OPTS, after
+    any the caller set). A local master has no executor JVM, and without an archive nothing is added."""
+    archive = ["-XX:SharedArchiveFile=/venv/share/tidewater/class-data/spark-1.jsa", "-Xlog:cds=off"]
+    cluster = Settings(spark_master="spark://127.0.0.1:7077")
+    conf = session_conf(cluster, {}, class_data_options=archive)
+    assert conf["spark.executor.extraJavaOptions"] == " ".join(archive)
+    assert "spark.executor.extraJavaOptions" not in session_conf(cluster, {})
+    assert "spark.executor.extraJavaOptions" not in session_conf(Settings(), {}, class_data_options=archive)
+
+    standalone = StandaloneCluster(tmp_path, port=1, ui_port=2, worker_ui_port=3)
+    monkeypatch.setenv("SPARK_DAEMON_JAVA_OPTS", "-Xss4m")
+    monkeypatch.setattr(class_data, "java_options", lambda: archive)
+    assert standalone._env()["SPARK_DAEMON_JAVA_OPTS"] == "-Xss4m " + " ".join(archive)
+    monkeypatch.setattr(class_data, "java_options", lambda: [])
+    assert standalone._env()["SPARK_DAEMON_JAVA_OPTS"] == "-Xss4m"
