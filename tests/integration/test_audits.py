@@ -99,6 +99,11 @@ def test_clean_data_passes_every_suite_and_reconciles(spark, clean: Settings) ->
         "rsvps.parity.gold.trending_venues",
     }
     assert result.success, result.summary()
+    # Where its seconds went: a phase per suite and per step of the reconciliation, in the result line.
+    assert {"bronze", "records", "silver", "reconciliation/silver", "gold/trending_venues", "parity"} <= set(
+        result.phases_ms
+    ), result.phases_ms
+    assert result.to_dict()["phases_ms"]["total"] / 1000 <= result.seconds + 0.001  # both rounded
     counts = suites["rsvps.reconciliation"].counts
     assert counts["bronze_rows"] == 1500
     assert counts["offset_span"] == counts["bronze_distinct_offsets_in_span"] == 1500
@@ -174,6 +179,13 @@ def test_upstream_faults_fail_the_records_suite_naming_each_expectation(spark, u
     # The records suite is not declared blocking: gold is not held back for upstream noise.
     assert not result.blocking_failures
     assert records.counts["unexpected"]["expect_column_values_to_be_in_set(response)"] > 0
+    # A suite that saw unexpected values is validated again with samples of them (the first run fetches
+    # none): its failure lines quote them, and its Data Docs page is that second run's, the only one.
+    in_set = next(f for f in records.failures if f.startswith("expect_column_values_to_be_in_set(response)"))
+    sample = in_set.split(", e.g. ")[1].split(", ")[0].strip("'")
+    report = Path(join(upstream.lake_uri, result.report_path).removeprefix("file://")).parent
+    pages = list((report / "validations" / "rsvps" / "records").rglob("*.html"))
+    assert len(pages) == 1 and sample in pages[0].read_text(encoding="utf-8"), (pages, sample)
 
 
 def test_future_event_times_and_upstream_loss_fail_and_block_gold(spark, broker, tmp_path_factory) -> None:

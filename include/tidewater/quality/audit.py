@@ -9,17 +9,19 @@ expectations, so the Airflow task turns red with the reason in its log.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import math
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
 
+from tidewater import phase_clock
 from tidewater.batch.interval import Interval
 from tidewater.config import Settings
 from tidewater.errors import ConfigError, TidewaterError
@@ -79,6 +81,8 @@ class AuditResult:
     report_path: str
     report_uri: str
     seconds: float
+    # Where those seconds went, per phase (tidewater.phase_clock): ``rsvps/silver``, ``parity``, ...
+    phases_ms: dict[str, float] = field(default_factory=dict)
 
     @property
     def success(self) -> bool:
@@ -101,6 +105,7 @@ class AuditResult:
             },
             "report": self.report_uri,
             "seconds": self.seconds,
+            "phases_ms": self.phases_ms,
         }
 
     def summary(self) -> str:
@@ -114,7 +119,19 @@ class AuditResult:
 
 
 def run_audit(spark: SparkSession, settings: Settings, request: AuditRequest) -> AuditResult:
+    """Validate, reconcile and compare the interval (see the module docstring), each suite a phase."""
+    clock = f"audit {request.pipeline.name} {request.dag_run_id or 'manual'}"
     began = time.monotonic()
+    with phase_clock.batch(clock, 0):
+        result = _run_audit(spark, settings, request)
+    phases = phase_clock.take(clock, 0) or {}
+    result = dataclasses.replace(result, seconds=round(time.monotonic() - began, 3), phases_ms=phases)
+    log.info("%s", result.summary())
+    log.info("%s: %s", clock, ", ".join(f"{name} {ms / 1000:.1f} s" for name, ms in phases.items()))
+    return result
+
+
+def _run_audit(spark: SparkSession, settings: Settings, request: AuditRequest) -> AuditResult:
     pipeline = request.pipeline
     layout = PipelineLayout.of(settings, pipeline, request.namespace)
     if request.needs_bronze:
@@ -141,7 +158,8 @@ def run_audit(spark: SparkSession, settings: Settings, request: AuditRequest) ->
     blocking = {b for source in pipeline.sources for b in source.quality.blocking_suites}
     try:
         with tempfile.TemporaryDirectory(prefix="tidewater-docs-") as docs:
-            runner = SuiteRunner(Path(docs), run_name=request.dag_run_id or audit_id)
+            with phase_clock.phase("great expectations context"):
+                runner = SuiteRunner(Path(docs), run_name=request.dag_run_id or audit_id)
             for source in pipeline.sources:
                 own = frames.sources[source.name]
                 layer_frames = {suites.BRONZE: own.bronze, suites.RECORDS: own.records, suites.SILVER: own.silver}
@@ -150,24 +168,30 @@ def run_audit(spark: SparkSession, settings: Settings, request: AuditRequest) ->
                         continue
                     layer = pipeline.table_of(source, base_layer)
                     params = _row_bounds(source, request.interval) if base_layer == suites.SILVER else {}
-                    outcome = runner.validate(suites.load_suite(pipeline, layer), frame, layer=layer, parameters=params)
-                    blocks = base_layer in source.quality.blocking_suites
-                    outcomes.append((layer, _with_rows(outcome, frame.count()), blocks))
+                    with phase_clock.phase(layer):
+                        suite = suites.load_suite(pipeline, layer)
+                        outcome = runner.validate(suite, frame, layer=layer, parameters=params)
+                        outcome = _with_rows(outcome, frame.count())
+                    outcomes.append((layer, outcome, base_layer in source.quality.blocking_suites))
                 if suites.RECONCILIATION in wanted:
-                    reconciliations.append((source, reconcile(spark, layout, own, request.interval)))
+                    with phase_clock.phase(pipeline.table_of(source, suites.RECONCILIATION)):
+                        reconciliations.append((source, reconcile(spark, layout, own, request.interval)))
             if GOLD in wanted:
                 for name, frame in sorted(frames.gold.items()):
-                    outcome = runner.validate(suites.load_suite(pipeline, name), frame, layer=name)
-                    outcomes.append((name, _with_rows(outcome, frame.count()), name in blocking))
-            parities = check_parity(spark, layout, request.interval, frames.gold) if PARITY in wanted else []
+                    with phase_clock.phase(name):
+                        outcome = runner.validate(suites.load_suite(pipeline, name), frame, layer=name)
+                        outcomes.append((name, _with_rows(outcome, frame.count()), name in blocking))
+            with phase_clock.phase(PARITY):
+                parities = check_parity(spark, layout, request.interval, frames.gold) if PARITY in wanted else []
             summary = {o.suite: (o.success, o.failures) for _, o, _ in outcomes}
             for source, reconciliation in reconciliations:
                 summary[reconciliation_suite(pipeline, source)] = (reconciliation.success, reconciliation.failures)
             for parity in parities:
                 summary[parity_suite(pipeline, parity.table)] = (parity.success, parity.failures)
             title = f"{pipeline.name} audit of [{iso(request.interval.start)}, {iso(request.interval.end)})"
-            reports.write_index(Path(docs), f"{title} {request.dag_id} {request.dag_run_id}".strip(), summary)
-            report_path = reports.publish(Path(docs), layout, audit_id)
+            with phase_clock.phase("report"):
+                reports.write_index(Path(docs), f"{title} {request.dag_id} {request.dag_run_id}".strip(), summary)
+                report_path = reports.publish(Path(docs), layout, audit_id)
     finally:
         frames.unpersist()
     base = {
@@ -229,12 +253,12 @@ def run_audit(spark: SparkSession, settings: Settings, request: AuditRequest) ->
         for parity in parities
     ]
     table = LakeTable(layout.audit_uri())
-    with layout.audit_lock().hold(f"audit {audit_id}"):
+    with phase_clock.phase("audit table"), layout.audit_lock().hold(f"audit {audit_id}"):
         table.ensure(AUDIT_SCHEMA, description="tidewater data-quality and reconciliation audit results")
         table.append_arrow(
             to_arrow(rows), metadata={"tidewater.audit_id": audit_id, "tidewater.run_id": request.dag_run_id}
         )
-    result = AuditResult(
+    return AuditResult(
         audit_id=audit_id,
         pipeline=pipeline.name,
         namespace=layout.namespace,
@@ -242,10 +266,8 @@ def run_audit(spark: SparkSession, settings: Settings, request: AuditRequest) ->
         rows=rows,
         report_path=report_path,
         report_uri=f"{settings.lake_uri.rstrip('/')}/{report_path}",
-        seconds=round(time.monotonic() - began, 3),
+        seconds=0.0,  # run_audit's
     )
-    log.info("%s", result.summary())
-    return result
 
 
 def parity_suite(pipeline: Pipeline, table: str) -> str:

@@ -28,6 +28,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from tidewater import phase_clock
 from tidewater.batch import sources
 from tidewater.batch.interval import Interval
 from tidewater.pipelines.base import Source
@@ -58,10 +59,12 @@ def reconcile(
     failures: list[str] = []
 
     # Offsets: the span the interval's records cover per partition, and bronze rows inside it.
-    spans = frames.bronze.groupBy("partition").agg(F.min("offset").alias("lo"), F.max("offset").alias("hi")).collect()
+    with phase_clock.phase("offsets"):
+        spans = frames.bronze.groupBy("partition").agg(F.min("offset").alias("lo"), F.max("offset").alias("hi"))
+        spans = spans.collect()
+        in_span = _bronze_in_spans(spark, layout, source, interval, spans)
+        counts["bronze_rows"] = frames.bronze.count()
     span = sum(r["hi"] - r["lo"] + 1 for r in spans)
-    in_span = _bronze_in_spans(spark, layout, source, interval, spans)
-    counts["bronze_rows"] = frames.bronze.count()
     counts["offset_span"] = span
     counts["bronze_rows_in_span"] = in_span["rows"]
     counts["bronze_distinct_offsets_in_span"] = in_span["distinct"]
@@ -79,29 +82,18 @@ def reconcile(
     valid = records.where(F.col("_error").isNull())
     rejected = records.where(F.col("_error").isNotNull())
     silver = fr.silver_of_records(spark, layout, source, frames.records)
+    valid_count = valid.count()
     kept = dup = phantom = 0
-    missing = valid.count()
-    resent = valid.limit(0).select(*_LINEAGE)
+    resent = None  # the valid records whose event silver holds from another record
     if silver is not None:
-        silver_lineage = silver.select(*_LINEAGE)
-        not_kept = valid.join(silver_lineage, on=list(_LINEAGE), how="left_anti")
-        kept = missing - not_kept.count()
-        # Not kept, but silver holds the event (from another record): a re-send removed by de-duplication.
-        resent = not_kept.join(silver.select(source.key).distinct(), on=source.key, how="left_semi")
-        dup = resent.count()
-        missing -= kept + dup
-        arrived = silver.where(
-            (F.col("kafka_timestamp") >= F.lit(interval.start)) & (F.col("kafka_timestamp") < F.lit(interval.end))
+        with phase_clock.phase("silver"):
+            kept, resent, dup, phantom = _followed_to_silver(silver, valid, valid_count, records, source.key, interval)
+    missing = valid_count - kept - dup
+    with phase_clock.phase("quarantine"):
+        rejected_count = rejected.count()
+        quarantined, stray = _followed_to_quarantine(
+            fr.quarantine_of(spark, layout, source, interval), rejected, rejected_count, records
         )
-        phantom = arrived.select(*_LINEAGE).join(records, on=list(_LINEAGE), how="left_anti").count()
-    quarantine = fr.quarantine_of(spark, layout, source, interval)
-    rejected_count = rejected.count()
-    quarantined = 0
-    stray = 0
-    if quarantine is not None:
-        q = quarantine.select(*_LINEAGE).distinct()
-        quarantined = rejected.select(*_LINEAGE).join(q, on=list(_LINEAGE), how="left_semi").count()
-        stray = q.join(records.select(*_LINEAGE), on=list(_LINEAGE), how="left_anti").count()
     counts.update(
         silver_rows=kept,
         duplicates_removed=dup,
@@ -112,7 +104,8 @@ def reconcile(
         quarantine_rows_without_bronze=stray,
     )
     accounted = kept + dup + quarantined
-    copies = _copies_kept(silver, valid, source.key) if silver is not None else 0
+    with phase_clock.phase("copies kept"):
+        copies = _copies_kept(silver, valid, source.key) if silver is not None else 0
     counts["duplicate_copies_kept"] = copies
     if copies and not delivery.may_repeat:
         failures.append(
@@ -136,8 +129,44 @@ def reconcile(
     checks = 4
     if source.sequence is not None:
         checks += 1
-        failures += _sequence_gaps(records, resent, source.sequence, counts)
+        with phase_clock.phase("sequence gaps"):
+            failures += _sequence_gaps(records, resent, source.sequence, counts)
     return Reconciliation(counts=counts, failures=failures, checks=checks)
+
+
+def _followed_to_silver(
+    silver: DataFrame, valid: DataFrame, valid_count: int, records: DataFrame, key: str, interval: Interval
+) -> tuple[int, DataFrame | None, int, int]:
+    """(valid records silver keeps, the re-sent ones or None when there is none, how many, silver rows
+    of the interval's arrivals that no record of bronze explains). A join is skipped when an earlier
+    count says it can find nothing: every valid record kept leaves no re-send to look for."""
+    not_kept = valid.join(silver.select(*_LINEAGE), on=list(_LINEAGE), how="left_anti")
+    not_kept_count = not_kept.count()
+    resent, dup = None, 0
+    if not_kept_count:
+        # Not kept, but silver holds the event (from another record): a re-send removed by de-duplication.
+        resent = not_kept.join(silver.select(key).distinct(), on=key, how="left_semi")
+        dup = resent.count()
+    arrived = silver.where(
+        (F.col("kafka_timestamp") >= F.lit(interval.start)) & (F.col("kafka_timestamp") < F.lit(interval.end))
+    )
+    phantom = arrived.select(*_LINEAGE).join(records, on=list(_LINEAGE), how="left_anti").count()
+    return valid_count - not_kept_count, resent, dup, phantom
+
+
+def _followed_to_quarantine(
+    quarantine: DataFrame | None, rejected: DataFrame, rejected_count: int, records: DataFrame
+) -> tuple[int, int]:
+    """(rejected records the quarantine holds, quarantine rows no record of bronze explains); no join
+    when the interval has no quarantine row."""
+    q = None if quarantine is None else quarantine.select(*_LINEAGE).distinct()
+    if q is None or not q.count():
+        return 0, 0
+    quarantined = 0
+    if rejected_count:
+        quarantined = rejected.select(*_LINEAGE).join(q, on=list(_LINEAGE), how="left_semi").count()
+    stray = q.join(records.select(*_LINEAGE), on=list(_LINEAGE), how="left_anti").count()
+    return quarantined, stray
 
 
 def _copies_kept(silver: DataFrame, valid: DataFrame, key: str) -> int:
@@ -149,13 +178,14 @@ def _copies_kept(silver: DataFrame, valid: DataFrame, key: str) -> int:
 
 
 def _sequence_gaps(
-    records: DataFrame, resent: DataFrame, sequence: tuple[str, str], counts: dict[str, Any]
+    records: DataFrame, resent: DataFrame | None, sequence: tuple[str, str], counts: dict[str, Any]
 ) -> list[str]:
-    """Per-producer sequence gaps over first copies (a re-send repeats an old sequence number)."""
+    """Per-producer sequence gaps over first copies (a re-send repeats an old sequence number);
+    ``resent`` None: the interval has no re-sent record (no join needed to leave them out)."""
     producer, seq = sequence
-    firsts = records.where(F.col(producer).isNotNull() & F.col(seq).isNotNull()).join(
-        resent.select(*_LINEAGE), on=list(_LINEAGE), how="left_anti"
-    )
+    firsts = records.where(F.col(producer).isNotNull() & F.col(seq).isNotNull())
+    if resent is not None:
+        firsts = firsts.join(resent.select(*_LINEAGE), on=list(_LINEAGE), how="left_anti")
     per_producer = (
         firsts.groupBy(producer)
         .agg(F.min(seq).alias("first"), F.max(seq).alias("last"), F.countDistinct(seq).alias("seen"))

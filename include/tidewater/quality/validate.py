@@ -51,14 +51,24 @@ class SuiteOutcome:
 
 
 class SuiteRunner:
-    """Validates frames against suites and renders Data Docs for each into ``docs_dir``."""
+    """Validates frames against suites and renders Data Docs for each into ``docs_dir``.
+
+    A suite is validated first without samples of unexpected values, and again with them only if some
+    expectation saw one. GX fetches each expectation's sample with a Spark job of its own, which scans
+    the whole frame even when nothing is unexpected (the filter finds no row for the limit to stop at):
+    rsvps' arriving records of a 1M-event hour, 13 expectations, took 30 Spark jobs and 9.5-11.9 s with
+    samples, 4 jobs and 3.5 s without. Both runs share one run identifier, so the second replaces the
+    first in the results and in the Data Docs.
+    """
 
     def __init__(self, docs_dir: Path, *, run_name: str) -> None:
         import great_expectations as gx
+        from great_expectations.core.run_identifier import RunIdentifier
         from great_expectations.data_context.types.base import ProgressBarsConfig
 
         self._gx = gx
         self.run_name = run_name
+        self.run_id = RunIdentifier(run_name=run_name)  # its run time fixed: a re-run replaces a result
         self.context = gx.get_context(mode="ephemeral")
         self.context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
         self.context.add_data_docs_site(
@@ -75,7 +85,6 @@ class SuiteRunner:
         self, suite_json: dict[str, Any], frame: DataFrame, *, layer: str, parameters: dict[str, Any] | None = None
     ) -> SuiteOutcome:
         from great_expectations.checkpoint import UpdateDataDocsAction
-        from great_expectations.core.run_identifier import RunIdentifier
         from great_expectations.expectations.expectation_configuration import ExpectationConfiguration
 
         gx = self._gx
@@ -91,21 +100,29 @@ class SuiteRunner:
         definition = self.context.validation_definitions.add(
             gx.ValidationDefinition(name=name, data=batch, suite=suite)
         )
-        checkpoint = self.context.checkpoints.add(
-            gx.Checkpoint(
-                name=f"audit {name}",
-                validation_definitions=[definition],
-                actions=[UpdateDataDocsAction(name="data_docs", site_names=[DOCS_SITE])],
-                result_format={"result_format": "SUMMARY", "partial_unexpected_count": _SAMPLE},
+        validation = None
+        for sample in (0, _SAMPLE):
+            checkpoint = self.context.checkpoints.add(
+                gx.Checkpoint(
+                    name=f"audit {name}" + (" with samples" if sample else ""),
+                    validation_definitions=[definition],
+                    actions=[UpdateDataDocsAction(name="data_docs", site_names=[DOCS_SITE])],
+                    result_format={"result_format": "SUMMARY", "partial_unexpected_count": sample},
+                )
             )
-        )
-        result = checkpoint.run(
-            batch_parameters={"dataframe": frame},
-            expectation_parameters=parameters or {},
-            run_id=RunIdentifier(run_name=self.run_name),
-        )
-        (validation,) = result.run_results.values()
+            result = checkpoint.run(
+                batch_parameters={"dataframe": frame}, expectation_parameters=parameters or {}, run_id=self.run_id
+            )
+            (validation,) = result.run_results.values()
+            if not saw_unexpected(validation):
+                break
         return outcome(layer, name, validation)
+
+
+def saw_unexpected(validation: Any) -> bool:
+    """Whether some expectation of a validation result counted unexpected values (whose samples are
+    worth a second run)."""
+    return any(int((r.result or {}).get("unexpected_count") or 0) > 0 for r in validation.results)
 
 
 def outcome(layer: str, suite: str, validation: Any) -> SuiteOutcome:
