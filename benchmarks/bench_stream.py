@@ -17,7 +17,9 @@ prints for each pipeline the median and the spread (min-max) of:
    are produced but not counted (JIT and Python worker start-up); and the peak RSS at that rate.
 3. the batch path over the drained backlog: its hour's silver and gold recomputed from bronze by
    ``tidewater batch recompute`` (the batch DAG's job), events/s in the job (its result line's seconds)
-   and with Spark's start-up, and its peak RSS (the default backlog is the issue's hour of 1M events).
+   and with Spark's start-up, and its peak RSS (the default backlog is the issue's hour of 1M events);
+   then the audit of that hour (``tidewater audit run``: the batch DAG's audit tasks, every check),
+   timed the same way, with the suites that failed named (``--skip-audit`` leaves it out).
 
 Peak RSS is the job's whole process tree (JVM + Python driver + Python workers), summed; beside it the
 peak PSS, the same tree with each page its forked Python workers share counted once. At the offered
@@ -417,34 +419,52 @@ def measure_throughput(base: Settings, pipeline: Pipeline, backlog: int, run: in
     }
 
 
+def backlog_hour(pipeline: Pipeline, drained: dict[str, Any]) -> list[str]:
+    """A batch job's arguments for the hour the drained backlog's events fall in (two hours when they
+    begin in its last five minutes)."""
+    first = dt.datetime.fromtimestamp(drained["events_from_ms"] / 1000, dt.UTC)
+    start = first.replace(minute=0, second=0, microsecond=0)
+    end = start + dt.timedelta(hours=1 if first + dt.timedelta(minutes=5) < start + dt.timedelta(hours=1) else 2)
+    return ["--pipeline", pipeline.name, "--start", start.isoformat(), "--end", end.isoformat()]
+
+
 def measure_recompute(
     base: Settings, pipeline: Pipeline, run: int, work: Path, drained: dict[str, Any]
 ) -> dict[str, Any]:
     """The batch path over the drained backlog: silver and gold of its hour recomputed from bronze by
     ``tidewater batch recompute`` (the batch DAG's job, local Spark), in the job (the result line's
     ``seconds``: reading bronze to the last gold commit) and as a whole process (with Spark's start-up)."""
+    command = ["batch", "recompute", *backlog_hour(pipeline, drained), "--run-id", f"bench-{run}"]
+    return measure_batch_job(base, pipeline, run, work, drained, "recompute", command)
+
+
+def measure_audit(base: Settings, pipeline: Pipeline, run: int, work: Path, drained: dict[str, Any]) -> dict[str, Any]:
+    """The audit of the recomputed hour by ``tidewater audit run`` (the batch DAG's two audit tasks in one
+    job: every suite, the reconciliation and the parity check), timed as the recompute is. A suite that
+    fails still gives a figure (its names are kept): the audit's exit code says only that one failed."""
+    command = ["audit", "run", *backlog_hour(pipeline, drained)]
+    return measure_batch_job(base, pipeline, run, work, drained, "audit", command, failing_ok=True)
+
+
+def measure_batch_job(
+    base: Settings,
+    pipeline: Pipeline,
+    run: int,
+    work: Path,
+    drained: dict[str, Any],
+    kind: str,
+    arguments: list[str],
+    *,
+    failing_ok: bool = False,
+) -> dict[str, Any]:
+    """A ``tidewater`` batch job over the drained backlog's tables: events/s in the job (its result
+    line's ``seconds``) and with Spark's start, peak RSS and PSS, and its phases."""
     settings = phase_settings(base, pipeline, "throughput", run, work)
-    first = dt.datetime.fromtimestamp(drained["events_from_ms"] / 1000, dt.UTC)
-    start = first.replace(minute=0, second=0, microsecond=0)
-    end = start + dt.timedelta(hours=1 if first + dt.timedelta(minutes=5) < start + dt.timedelta(hours=1) else 2)
-    log_path = work / f"{pipeline.name}-recompute-{run}.log"
-    command = [
-        str(Path(sys.executable).with_name("tidewater")),
-        "batch",
-        "recompute",
-        "--pipeline",
-        pipeline.name,
-        "--start",
-        start.isoformat(),
-        "--end",
-        end.isoformat(),
-        "--run-id",
-        f"bench-{run}",
-    ]
+    log_path = work / f"{pipeline.name}-{kind}-{run}.log"
     began = time.monotonic()
     with open(log_path, "wb") as log:
         job = subprocess.Popen(
-            command,
+            [str(Path(sys.executable).with_name("tidewater")), *arguments],
             env={**os.environ, **settings.to_env(), **spark_child_env()},
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -459,10 +479,10 @@ def measure_recompute(
         stop_process_group(job, timeout_s=10)
     wall = time.monotonic() - began
     result = job_result(log_path.read_text(errors="replace").splitlines())
-    if code != 0 or result is None:
-        raise SystemExit(f"recompute exited {code}: see {log_path}")
+    if result is None or (code != 0 and not failing_ok):
+        raise SystemExit(f"{kind} exited {code}: see {log_path}")
     records = int(drained["records"])
-    return {
+    figures = {
         "events_per_s": records / max(float(result["seconds"]), 1e-9),
         "wall_events_per_s": records / wall,
         "records": records,
@@ -473,6 +493,9 @@ def measure_recompute(
         "peak_pss_by_role": sampler.peak_roles,
         "phases_s": {name: round(ms / 1000, 1) for name, ms in (result.get("phases_ms") or {}).items()},
     }
+    if "suites" in result:
+        figures["failed_suites"] = sorted(name for name, suite in result["suites"].items() if not suite["success"])
+    return figures
 
 
 def drain_rate(samples: list[tuple[float, int]], total: int) -> float:
@@ -695,6 +718,7 @@ def summarize_runs(pipeline: str, runs: list[dict[str, Any]]) -> list[str]:
     throughput = [r["throughput"] for r in runs if "throughput" in r]
     latency = [r["latency"] for r in runs if "latency" in r]
     recompute = [r["recompute"] for r in runs if "recompute" in r]
+    audit = [r["audit"] for r in runs if "audit" in r]
     lines = [f"{pipeline} ({len(runs)} run(s); median [min-max]):"]
     lines += [f"  FAILED {failure}" for r in runs for failure in r.get("failed", [])]
     machine = machine_line(runs)
@@ -718,6 +742,15 @@ def summarize_runs(pipeline: str, runs: list[dict[str, Any]]) -> list[str]:
             f"{spread([b['wall_events_per_s'] for b in recompute], ' events/s')} with Spark's start"
             f" (target {TARGETS['recompute_events_per_s']}); "
             f"peak RSS {spread([b['peak_rss_gb'] for b in recompute], ' GB', 2)}"
+        )
+    if audit:
+        failed = sorted({name for a in audit for name in a.get("failed_suites", [])})
+        lines.append(
+            f"  audit of that hour (every suite, the reconciliation, parity): "
+            f"{spread([a['events_per_s'] for a in audit], ' events/s')} in the job, "
+            f"{spread([a['wall_events_per_s'] for a in audit], ' events/s')} with Spark's start; "
+            f"peak RSS {spread([a['peak_rss_gb'] for a in audit], ' GB', 2)}"
+            + (f"; suites that failed: {', '.join(failed)}" if failed else "")
         )
     if latency:
         lines.append(
@@ -997,8 +1030,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--skip-latency", action="store_true")
     parser.add_argument(
-        "--skip-recompute", action="store_true", help="skip the batch recompute of the drained backlog's hour"
+        "--skip-recompute",
+        action="store_true",
+        help="skip the batch recompute of the drained backlog's hour (and its audit)",
     )
+    parser.add_argument("--skip-audit", action="store_true", help="skip the audit of the recomputed hour")
     parser.add_argument(
         "--profile",
         nargs="?",
@@ -1074,6 +1110,18 @@ def main(argv: list[str] | None = None) -> int:
                                 flush=True,
                             )
                             print("    phases: " + ", ".join(f"{k} {v} s" for k, v in b["phases_s"].items()))
+                    if t and not args.skip_recompute and not args.skip_audit and "recompute" in figures:
+                        print(f"{name} run {run}: audit of that hour (every suite and check)", flush=True)
+                        a = attempt(figures, "audit", partial(measure_audit, base, pipeline, run, work, t))
+                        if a:
+                            failed = f"; suites failed: {', '.join(a['failed_suites'])}" if a["failed_suites"] else ""
+                            print(
+                                f"    {a['events_per_s']:,.0f} events/s in the job ({a['seconds']:.1f} s), "
+                                f"{a['wall_events_per_s']:,.0f} events/s with Spark's start "
+                                f"({a['wall_seconds']:.1f} s); peak RSS {a['peak_rss_gb']:.2f} GB{failed}",
+                                flush=True,
+                            )
+                            print("    phases: " + ", ".join(f"{k} {v} s" for k, v in a["phases_s"].items()))
                     probe_machine(figures, "after the drain")
                 if not args.skip_latency:
                     print(

@@ -6,6 +6,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
@@ -13,6 +14,7 @@ from bench_stream import (
     CpuWindow,
     MemorySampler,
     attempt,
+    backlog_hour,
     by_role,
     compiles_per_trigger,
     cpu_line,
@@ -244,3 +246,32 @@ def test_silver_latency_counts_each_event_at_the_commit_that_made_it_visible_not
 
     assert [len(stamps) for _, stamps in commits] == [2, 2, 2]  # six events, each once
     assert sorted(t for _, stamps in commits for t in stamps) == [produced.timestamp() + s for s in (1, 1, 2, 2, 3, 3)]
+
+
+def test_the_audit_summary_gives_the_hours_audit_rate_and_names_the_suites_that_failed() -> None:
+    def audit(seconds: float, failed: list[str]) -> dict:
+        return {
+            "events_per_s": 1_000_000 / seconds,
+            "wall_events_per_s": 1_000_000 / (seconds + 8),
+            "peak_rss_gb": 3.0,
+            "failed_suites": failed,
+        }
+
+    runs = [{"audit": audit(50, [])}, {"audit": audit(40, ["rsvps.silver"])}, {"audit": audit(100, [])}]
+    (line,) = [line for line in summarize_runs("rsvps", runs) if "audit" in line]
+    assert line == (
+        "  audit of that hour (every suite, the reconciliation, parity): 20,000 events/s [10,000-25,000 events/s]"
+        " in the job, 17,241 events/s [9,259-20,833 events/s] with Spark's start; peak RSS 3.00 GB [3.00-3.00 GB];"
+        " suites that failed: rsvps.silver"
+    )
+    # The recomputed (and audited) hour: the drained events' hour, and the next when they begin at :55 or later.
+    rsvps = SimpleNamespace(name="rsvps")
+    assert backlog_hour(rsvps, {"events_from_ms": 1_795_965_600_000}) == [
+        "--pipeline",
+        "rsvps",
+        "--start",
+        "2026-11-29T15:00:00+00:00",
+        "--end",
+        "2026-11-29T16:00:00+00:00",
+    ]
+    assert backlog_hour(rsvps, {"events_from_ms": 1_795_967_820_000})[-1] == "2026-11-29T17:00:00+00:00"
