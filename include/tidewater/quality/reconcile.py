@@ -147,6 +147,7 @@ def _followed_to_silver(
         # Not kept, but silver holds the event (from another record): a re-send removed by de-duplication.
         resent = not_kept.join(silver.select(key).distinct(), on=key, how="left_semi")
         dup = resent.count()
+        resent = resent if dup else None
     arrived = silver.where(
         (F.col("kafka_timestamp") >= F.lit(interval.start)) & (F.col("kafka_timestamp") < F.lit(interval.end))
     )
