@@ -24,7 +24,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 
 # Batches whose phases no listener took (a query without one, a listener that fell behind): only the
@@ -97,6 +97,11 @@ def carry() -> Callable[[], AbstractContextManager[None]]:
             _current.phases, _current.path = None, []
 
     return on_this_thread
+
+
+def described(phases: Mapping[str, float]) -> str:
+    """``silver 34.5 s, silver/sort 1.7 s, ...``: a job's phases (ms) as its log line gives them."""
+    return ", ".join(f"{name} {ms / 1000:.1f} s" for name, ms in phases.items())
 
 
 def take(query: str, batch_id: int) -> dict[str, float] | None:

@@ -108,3 +108,9 @@ def test_a_carried_batch_times_another_threads_part_under_the_phase_it_was_carri
     worker.start()
     worker.join()
     assert seen == [None]
+
+
+def test_a_jobs_phases_are_described_in_seconds_in_their_order() -> None:
+    assert phase_clock.described({"silver": 34512.3, "silver/sort": 1690.0, "total": 43900.0}) == (
+        "silver 34.5 s, silver/sort 1.7 s, total 43.9 s"
+    )

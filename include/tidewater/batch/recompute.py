@@ -218,7 +218,7 @@ def rebuild(spark: SparkSession, plan: Rebuild) -> BatchResult:
         for frame in fed.values():
             frame.unpersist()
     phases = phase_clock.take(clock, 0) or {}
-    log.info("%s: %s", clock, ", ".join(f"{name} {ms / 1000:.1f} s" for name, ms in phases.items()))
+    log.info("%s: %s", clock, phase_clock.described(phases))
     return _result(plan, tables, closed, ledger_entries, ledger_version, began, phases)
 
 

@@ -81,7 +81,7 @@ class AuditResult:
     report_path: str
     report_uri: str
     seconds: float
-    # Where those seconds went, per phase (tidewater.phase_clock): ``rsvps/silver``, ``parity``, ...
+    # Where those seconds went, per phase (tidewater.phase_clock): ``records``, ``reconciliation/silver``, ...
     phases_ms: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -127,7 +127,7 @@ def run_audit(spark: SparkSession, settings: Settings, request: AuditRequest) ->
     phases = phase_clock.take(clock, 0) or {}
     result = dataclasses.replace(result, seconds=round(time.monotonic() - began, 3), phases_ms=phases)
     log.info("%s", result.summary())
-    log.info("%s: %s", clock, ", ".join(f"{name} {ms / 1000:.1f} s" for name, ms in phases.items()))
+    log.info("%s: %s", clock, phase_clock.described(phases))
     return result
 
 
@@ -266,7 +266,7 @@ def _run_audit(spark: SparkSession, settings: Settings, request: AuditRequest) -
         rows=rows,
         report_path=report_path,
         report_uri=f"{settings.lake_uri.rstrip('/')}/{report_path}",
-        seconds=0.0,  # run_audit's
+        seconds=0.0,  # set by run_audit, around this
     )
 
 
