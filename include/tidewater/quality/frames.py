@@ -15,7 +15,7 @@ import datetime as dt
 from dataclasses import dataclass
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from tidewater.batch import sources
@@ -88,9 +88,7 @@ def _source_frames(
     if bronze:  # a sandbox replay's namespace has no bronze: its audit checks silver and gold only
         since = interval.start - parse_duration(source.clock_skew_tolerance)
         arrived = sources.bronze_since(spark, layout.source_table(source, "bronze"), since)
-        arrived = arrived.where(F.col("kafka_timestamp") < F.lit(interval.end)).where(
-            F.col("kafka_timestamp") >= F.lit(interval.start)
-        )
+        arrived = arrived.where(arrived_in(interval))
         bronze_frame = _cache(arrived)
         records = _cache(with_leads(source, source.parse(bronze_frame)))
     if silver:
@@ -98,6 +96,11 @@ def _source_frames(
         table = layout.source_table(source, "silver")
         silver_frame = _cache(with_leads(source, sources.silver_for(spark, table, source, selection)))
     return SourceFrames(source=source, bronze=bronze_frame, records=records, silver=silver_frame)
+
+
+def arrived_in(interval: Interval) -> Column:
+    """Rows whose record reached Kafka in the interval (the audit's selection by arrival)."""
+    return Selection("kafka_timestamp", interval).column()
 
 
 def with_leads(source: Source, frame: DataFrame) -> DataFrame:
@@ -116,9 +119,7 @@ def quarantine_of(spark: SparkSession, layout: PipelineLayout, source: Source, i
     first = (interval.start - dt.timedelta(days=1)).date().isoformat()
     dates = sorted({d for f in table.files() if (d := f.partition_values.get("quarantine_date")) and d >= first})
     rows = read_table(spark, table.uri, partition_filter={"quarantine_date": dates})
-    return rows.where(
-        (F.col("kafka_timestamp") >= F.lit(interval.start)) & (F.col("kafka_timestamp") < F.lit(interval.end))
-    )
+    return rows.where(arrived_in(interval))
 
 
 def silver_of_records(

@@ -148,9 +148,7 @@ def _followed_to_silver(
         resent = not_kept.join(silver.select(key).distinct(), on=key, how="left_semi")
         dup = resent.count()
         resent = resent if dup else None
-    arrived = silver.where(
-        (F.col("kafka_timestamp") >= F.lit(interval.start)) & (F.col("kafka_timestamp") < F.lit(interval.end))
-    )
+    arrived = silver.where(fr.arrived_in(interval))
     phantom = arrived.select(*_LINEAGE).join(records, on=list(_LINEAGE), how="left_anti").count()
     return valid_count - not_kept_count, resent, dup, phantom
 

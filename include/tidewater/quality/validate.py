@@ -68,7 +68,6 @@ class SuiteRunner:
         from great_expectations.data_context.types.base import ProgressBarsConfig
 
         self._gx = gx
-        self.run_name = run_name
         self.run_id = RunIdentifier(run_name=run_name)  # its run time fixed: a re-run replaces a result
         self.context = gx.get_context(mode="ephemeral")
         self.context.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
@@ -101,7 +100,6 @@ class SuiteRunner:
         definition = self.context.validation_definitions.add(
             gx.ValidationDefinition(name=name, data=batch, suite=suite)
         )
-        validation = None
         for sample in (0, _SAMPLE):
             checkpoint = self.context.checkpoints.add(
                 gx.Checkpoint(
