@@ -26,6 +26,14 @@ ROOT = Path(__file__).resolve().parents[1]
 S3_BUCKET = "tidewater-test"
 MARKED_FIXTURES = {"broker": "broker", "spark": "spark", "s3_server": "s3", "airflow_home": "airflow"}
 
+# The suite's JVMs live seconds to a minute: they run without the C2 compiler (Settings.spark_java_options;
+# measured in the README). Every Settings a test builds has it as its default, and every child process
+# that reads its settings from the environment gets it too. Unit tests that check exact JVM options
+# state the options they expect.
+SUITE_SPARK_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+Settings.__init__.__kwdefaults__["spark_java_options"] = SUITE_SPARK_JAVA_OPTIONS
+os.environ.setdefault("TIDEWATER_SPARK_JAVA_OPTIONS", SUITE_SPARK_JAVA_OPTIONS)
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:

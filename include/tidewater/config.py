@@ -320,6 +320,13 @@ class Settings:
         "-XX:+UseSerialGC -Xms64m -Xmn32m -XX:MinHeapFreeRatio=20 -XX:MaxHeapFreeRatio=40",
         Pattern(r"\s*(-\S+(\s+-\S+)*)?\s*", "JVM options, each starting with '-' (e.g. -XX:+UseSerialGC)"),
     )
+    # JVM options of every Spark JVM a tidewater job starts: each driver (batch, audit, stream; after the
+    # stream's own) and, on a cluster master, its executors. None by default. -XX:TieredStopAtLevel=1
+    # (no C2 compiler) suits JVMs that live seconds to a minute, where C2's compilations cost more CPU
+    # than they return: the test suite runs with it (its three slowest modules 7-15% sooner, README).
+    spark_java_options: str = setting(
+        "", Pattern(r"\s*(-\S+(\s+-\S+)*)?\s*", "JVM options, each starting with '-' (e.g. -XX:TieredStopAtLevel=1)")
+    )
     # On a local master, the streaming job's task slots beyond the master's cores (batch jobs keep the
     # master's). Each source query's micro-batch wants a slot every trigger, and a gold query holds one
     # for its whole micro-batch, often seconds: with every slot taken, a source's micro-batch queued for

@@ -162,10 +162,9 @@ def session_conf(
         "spark.ui.showConsoleProgress": "false",
         "spark.log.level": "WARN",
     } | JOIN_STATE_FORMAT
+    # Applies where the session starts the JVM; spark-submit gets them from stream_job_command and the operator.
     java_options = [f"-Djava.io.tmpdir={scratch}"] if scratch else []
-    if streaming:  # applies where the session starts the JVM; spark-submit gets them from stream_job_command
-        java_options += settings.stream_java_options.split()
-    java_options += class_data_options
+    java_options += driver_java_options(settings, class_data_options, streaming=streaming)
     if java_options:
         conf["spark.driver.extraJavaOptions"] = " ".join(java_options)
     if streaming:
@@ -182,11 +181,19 @@ def session_conf(
         }
         # Each job's executors are new JVMs: they map the archive too (~2.3 s off each application's
         # first jobs on the standalone master). A node without the file runs them as without it.
-        if class_data_options:
-            conf["spark.executor.extraJavaOptions"] = " ".join(class_data_options)
+        if executor_options := [*settings.spark_java_options.split(), *class_data_options]:
+            conf["spark.executor.extraJavaOptions"] = " ".join(executor_options)
         # Secrets among them are redacted wherever Spark shows its conf (spark.redaction.regex).
         conf |= {f"spark.executorEnv.{name}": value for name, value in executor_env(settings, environ).items()}
     return conf
+
+
+def driver_java_options(settings: Settings, class_data_options: Sequence[str], *, streaming: bool = False) -> list[str]:
+    """A driver JVM's options, however it starts (a session, spark-submit): the streaming job's own
+    (``stream_java_options``), then the deployment's (``spark_java_options``), then the class-data
+    archive's (:func:`tidewater.class_data.java_options`)."""
+    own = settings.stream_java_options.split() if streaming else []
+    return [*own, *settings.spark_java_options.split(), *class_data_options]
 
 
 def scheduler_pools_file(scratch: str) -> str:

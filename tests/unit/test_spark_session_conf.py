@@ -16,6 +16,7 @@ from tidewater.spark import (
     ROCKSDB_PROVIDER,
     SCHEDULER_POOLS_XML,
     SOURCES_POOL,
+    driver_java_options,
     executor_env,
     is_local_master,
     session_conf,
@@ -72,10 +73,10 @@ def test_an_endpoint_in_the_environment_wins_and_nothing_unset_is_forwarded():
 
 
 def test_the_jvms_temporary_files_go_to_the_drivers_scratch_folder():
-    conf = session_conf(Settings(), {}, scratch="/state/scratch/123")
+    conf = session_conf(Settings(spark_java_options=""), {}, scratch="/state/scratch/123")
     assert conf["spark.local.dir"] == "/state/scratch/123"
     assert conf["spark.driver.extraJavaOptions"] == "-Djava.io.tmpdir=/state/scratch/123"  # RocksDB, LZ4 libs
-    assert "spark.local.dir" not in session_conf(Settings(), {})
+    assert "spark.local.dir" not in session_conf(Settings(spark_java_options=""), {})
 
 
 def test_a_scratch_folder_is_per_process_and_a_dead_processs_one_is_removed(tmp_path):
@@ -118,20 +119,24 @@ def test_the_streaming_job_runs_with_its_own_jvm_options_however_it_is_started(m
     """In a session that starts its JVM (``tidewater stream``) and on spark-submit's command line (the
     supervisor, the benchmarks): the same options, which batch jobs do not get."""
     monkeypatch.setattr(class_data, "java_options", lambda: [])  # no class-data archive here
-    settings = Settings(stream_java_options="-XX:+UseSerialGC -XX:MaxMetaspaceSize=256m")
+    settings = Settings(spark_java_options="", stream_java_options="-XX:+UseSerialGC -XX:MaxMetaspaceSize=256m")
     streaming = session_conf(settings, {}, scratch="/state/scratch/7", streaming=True)
     assert streaming["spark.driver.extraJavaOptions"] == (
         "-Djava.io.tmpdir=/state/scratch/7 -XX:+UseSerialGC -XX:MaxMetaspaceSize=256m"
     )
     batch = session_conf(settings, {}, scratch="/state/scratch/7")
     assert batch["spark.driver.extraJavaOptions"] == "-Djava.io.tmpdir=/state/scratch/7"
-    assert "spark.driver.extraJavaOptions" not in session_conf(Settings(stream_java_options=""), {}, streaming=True)
+    assert "spark.driver.extraJavaOptions" not in session_conf(
+        Settings(spark_java_options="", stream_java_options=""), {}, streaming=True
+    )
     assert Settings().stream_java_options.split()[0] == "-XX:+UseSerialGC"
 
     command = stream_job_command(settings, "rsvps", ())
     at = command.index("--driver-java-options")
     assert command[at + 1] == "-XX:+UseSerialGC -XX:MaxMetaspaceSize=256m" and at < command.index("rsvps")
-    assert "--driver-java-options" not in stream_job_command(Settings(stream_java_options=" "), "rsvps", ())
+    assert "--driver-java-options" not in stream_job_command(
+        Settings(spark_java_options="", stream_java_options=" "), "rsvps", ()
+    )
 
 
 def test_the_streaming_job_serves_its_sources_before_gold() -> None:
@@ -193,7 +198,7 @@ def test_every_driver_jvm_maps_the_class_data_archive_when_there_is_one(monkeypa
     """Sessions (batch and streaming) and the streaming job's spark-submit get the archive's options
     after their own; without an archive nothing changes (the test above)."""
     archive = ["-XX:SharedArchiveFile=/venv/share/tidewater/class-data/spark-1.jsa", "-Xlog:cds=off"]
-    settings = Settings(stream_java_options="-XX:+UseSerialGC")
+    settings = Settings(spark_java_options="", stream_java_options="-XX:+UseSerialGC")
     batch = session_conf(settings, {}, scratch="/s", class_data_options=archive)
     assert batch["spark.driver.extraJavaOptions"] == "-Djava.io.tmpdir=/s " + " ".join(archive)
     streaming = session_conf(settings, {}, scratch="/s", streaming=True, class_data_options=archive)
@@ -208,11 +213,13 @@ def test_a_clusters_executors_and_daemons_map_the_class_data_archive_too(monkeyp
     archive's options (executors through the session, the daemons through SPARK_DAEMON_JAVA_OPTS, after
     any the caller set). A local master has no executor JVM, and without an archive nothing is added."""
     archive = ["-XX:SharedArchiveFile=/venv/share/tidewater/class-data/spark-1.jsa", "-Xlog:cds=off"]
-    cluster = Settings(spark_master="spark://127.0.0.1:7077")
+    cluster = Settings(spark_java_options="", spark_master="spark://127.0.0.1:7077")
     conf = session_conf(cluster, {}, class_data_options=archive)
     assert conf["spark.executor.extraJavaOptions"] == " ".join(archive)
     assert "spark.executor.extraJavaOptions" not in session_conf(cluster, {})
-    assert "spark.executor.extraJavaOptions" not in session_conf(Settings(), {}, class_data_options=archive)
+    assert "spark.executor.extraJavaOptions" not in session_conf(
+        Settings(spark_java_options=""), {}, class_data_options=archive
+    )
 
     standalone = StandaloneCluster(tmp_path, port=1, ui_port=2, worker_ui_port=3)
     monkeypatch.setenv("SPARK_DAEMON_JAVA_OPTS", "-Xss4m")
@@ -220,3 +227,30 @@ def test_a_clusters_executors_and_daemons_map_the_class_data_archive_too(monkeyp
     assert standalone._env()["SPARK_DAEMON_JAVA_OPTS"] == "-Xss4m " + " ".join(archive)
     monkeypatch.setattr(class_data, "java_options", lambda: [])
     assert standalone._env()["SPARK_DAEMON_JAVA_OPTS"] == "-Xss4m"
+
+
+def test_the_deployments_jvm_options_reach_every_driver_and_executor(monkeypatch) -> None:
+    """``spark_java_options`` (e.g. no C2 compiler for short jobs) go to every driver however it starts
+    (a session, the streaming job's and the operator's spark-submit), after the stream's own and before
+    the archive's, and to a cluster's executors; a bad value is one line naming the variable."""
+    archive = ["-XX:SharedArchiveFile=/venv/share/tidewater/class-data/spark-1.jsa", "-Xlog:cds=off"]
+    settings = Settings(spark_java_options="-XX:TieredStopAtLevel=1", stream_java_options="-XX:+UseSerialGC")
+    assert driver_java_options(settings, archive) == ["-XX:TieredStopAtLevel=1", *archive]
+    streaming = driver_java_options(settings, archive, streaming=True)
+    assert streaming == ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", *archive]
+    batch = session_conf(settings, {}, scratch="/s", class_data_options=archive)
+    assert batch["spark.driver.extraJavaOptions"] == " ".join(
+        ["-Djava.io.tmpdir=/s", "-XX:TieredStopAtLevel=1", *archive]
+    )
+    stream = session_conf(settings, {}, scratch="/s", streaming=True, class_data_options=archive)
+    assert stream["spark.driver.extraJavaOptions"] == " ".join(["-Djava.io.tmpdir=/s", *streaming])
+    assert "spark.executor.extraJavaOptions" not in batch  # a local master has no executor JVM
+    cluster = settings.replace(spark_master="spark://127.0.0.1:7077")
+    executors = session_conf(cluster, {}, class_data_options=archive)["spark.executor.extraJavaOptions"]
+    assert executors == " ".join(["-XX:TieredStopAtLevel=1", *archive])
+    assert "spark.executor.extraJavaOptions" not in session_conf(cluster.replace(spark_java_options=""), {})
+    monkeypatch.setattr(class_data, "java_options", lambda: archive)
+    command = stream_job_command(settings, "rsvps", ())
+    assert command[command.index("--driver-java-options") + 1] == " ".join(streaming)
+    with pytest.raises(ConfigError, match="TIDEWATER_SPARK_JAVA_OPTIONS='TieredStopAtLevel=1': must be JVM options"):
+        Settings.from_env({"TIDEWATER_SPARK_JAVA_OPTIONS": "TieredStopAtLevel=1"})

@@ -22,6 +22,7 @@ from tidewater.config import Settings
 from tidewater.orchestration.assets import annotate_events, job_result
 from tidewater.paths import project_root
 from tidewater.processes import spark_child_env
+from tidewater.spark import driver_java_options
 
 
 class TidewaterSparkJobOperator(SparkSubmitOperator):
@@ -39,7 +40,8 @@ class TidewaterSparkJobOperator(SparkSubmitOperator):
         settings = Settings.from_env()
         self._driver_memory = settings.spark_driver_memory
         self.env_vars = {**settings.to_env(), **spark_child_env()}
-        if options := class_data.java_options():  # spark-submit starts the driver JVM: its options go here
+        # spark-submit starts the driver JVM: its options go here
+        if options := driver_java_options(settings, class_data.java_options()):
             self.conf = {**(self.conf or {}), "spark.driver.extraJavaOptions": " ".join(options)}
         self._result_lines: list[str] = []
         super().execute(context)
