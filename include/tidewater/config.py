@@ -323,7 +323,7 @@ class Settings:
     # JVM options of every Spark JVM a tidewater job starts: each driver (batch, audit, stream; after the
     # stream's own) and, on a cluster master, its executors. None by default. -XX:TieredStopAtLevel=1
     # (no C2 compiler) suits JVMs that live seconds to a minute, where C2's compilations cost more CPU
-    # than they return: the test suite runs with it (its three slowest modules 7-15% sooner, README).
+    # than they return: the test suite's jobs run with it (README). A JVM that lives long keeps C2.
     spark_java_options: str = setting(
         "", Pattern(r"\s*(-\S+(\s+-\S+)*)?\s*", "JVM options, each starting with '-' (e.g. -XX:TieredStopAtLevel=1)")
     )
