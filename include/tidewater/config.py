@@ -118,6 +118,10 @@ class Pattern(Check):
         return None if isinstance(value, str) and re.fullmatch(self.regex, value) else f"must be {self.what}"
 
 
+# Both JVM-option settings take the same form.
+JVM_OPTIONS = Pattern(r"\s*(-\S+(\s+-\S+)*)?\s*", "JVM options, each starting with '-' (e.g. -XX:+UseSerialGC)")
+
+
 @dataclass(frozen=True)
 class Namespace(Check):
     """A lake namespace (see :func:`check_namespace`): the same rule and words as everywhere else."""
@@ -318,15 +322,13 @@ class Settings:
     # events/s; interleaved runs, README). Without -Xmn32m: half the saving, ~3% slower.
     stream_java_options: str = setting(
         "-XX:+UseSerialGC -Xms64m -Xmn32m -XX:MinHeapFreeRatio=20 -XX:MaxHeapFreeRatio=40",
-        Pattern(r"\s*(-\S+(\s+-\S+)*)?\s*", "JVM options, each starting with '-' (e.g. -XX:+UseSerialGC)"),
+        JVM_OPTIONS,
     )
     # JVM options of every Spark JVM a tidewater job starts: each driver (batch, audit, stream; after the
     # stream's own) and, on a cluster master, its executors. None by default. -XX:TieredStopAtLevel=1
     # (no C2 compiler) suits JVMs that live seconds to a minute, where C2's compilations cost more CPU
     # than they return: the test suite's jobs run with it (README). A JVM that lives long keeps C2.
-    spark_java_options: str = setting(
-        "", Pattern(r"\s*(-\S+(\s+-\S+)*)?\s*", "JVM options, each starting with '-' (e.g. -XX:TieredStopAtLevel=1)")
-    )
+    spark_java_options: str = setting("", JVM_OPTIONS)
     # On a local master, the streaming job's task slots beyond the master's cores (batch jobs keep the
     # master's). Each source query's micro-batch wants a slot every trigger, and a gold query holds one
     # for its whole micro-batch, often seconds: with every slot taken, a source's micro-batch queued for

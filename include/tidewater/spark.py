@@ -164,7 +164,7 @@ def session_conf(
     } | JOIN_STATE_FORMAT
     # Applies where the session starts the JVM; spark-submit gets them from stream_job_command and the operator.
     java_options = [f"-Djava.io.tmpdir={scratch}"] if scratch else []
-    java_options += driver_java_options(settings, class_data_options, streaming=streaming)
+    java_options += java_options_of(settings, class_data_options, streaming=streaming)
     if java_options:
         conf["spark.driver.extraJavaOptions"] = " ".join(java_options)
     if streaming:
@@ -181,17 +181,17 @@ def session_conf(
         }
         # Each job's executors are new JVMs: they map the archive too (~2.3 s off each application's
         # first jobs on the standalone master). A node without the file runs them as without it.
-        if executor_options := [*settings.spark_java_options.split(), *class_data_options]:
+        if executor_options := java_options_of(settings, class_data_options):  # those of a batch driver
             conf["spark.executor.extraJavaOptions"] = " ".join(executor_options)
         # Secrets among them are redacted wherever Spark shows its conf (spark.redaction.regex).
         conf |= {f"spark.executorEnv.{name}": value for name, value in executor_env(settings, environ).items()}
     return conf
 
 
-def driver_java_options(settings: Settings, class_data_options: Sequence[str], *, streaming: bool = False) -> list[str]:
-    """A driver JVM's options, however it starts (a session, spark-submit): the streaming job's own
-    (``stream_java_options``), then the deployment's (``spark_java_options``), then the class-data
-    archive's (:func:`tidewater.class_data.java_options`)."""
+def java_options_of(settings: Settings, class_data_options: Sequence[str], *, streaming: bool = False) -> list[str]:
+    """A job JVM's options, however it starts (a session, spark-submit; executors take a batch driver's):
+    the streaming job's own (``stream_java_options``), then the deployment's (``spark_java_options``),
+    then the class-data archive's (:func:`tidewater.class_data.java_options`)."""
     own = settings.stream_java_options.split() if streaming else []
     return [*own, *settings.spark_java_options.split(), *class_data_options]
 

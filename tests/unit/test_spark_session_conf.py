@@ -16,9 +16,9 @@ from tidewater.spark import (
     ROCKSDB_PROVIDER,
     SCHEDULER_POOLS_XML,
     SOURCES_POOL,
-    driver_java_options,
     executor_env,
     is_local_master,
+    java_options_of,
     session_conf,
     stream_master,
 )
@@ -235,8 +235,8 @@ def test_the_deployments_jvm_options_reach_every_driver_and_executor(monkeypatch
     the archive's, and to a cluster's executors; a bad value is one line naming the variable."""
     archive = ["-XX:SharedArchiveFile=/venv/share/tidewater/class-data/spark-1.jsa", "-Xlog:cds=off"]
     settings = Settings(spark_java_options="-XX:TieredStopAtLevel=1", stream_java_options="-XX:+UseSerialGC")
-    assert driver_java_options(settings, archive) == ["-XX:TieredStopAtLevel=1", *archive]
-    streaming = driver_java_options(settings, archive, streaming=True)
+    assert java_options_of(settings, archive) == ["-XX:TieredStopAtLevel=1", *archive]
+    streaming = java_options_of(settings, archive, streaming=True)
     assert streaming == ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", *archive]
     batch = session_conf(settings, {}, scratch="/s", class_data_options=archive)
     assert batch["spark.driver.extraJavaOptions"] == " ".join(

@@ -22,7 +22,7 @@ from tidewater.config import Settings
 from tidewater.orchestration.assets import annotate_events, job_result
 from tidewater.paths import project_root
 from tidewater.processes import spark_child_env
-from tidewater.spark import driver_java_options
+from tidewater.spark import java_options_of
 
 
 class TidewaterSparkJobOperator(SparkSubmitOperator):
@@ -41,7 +41,7 @@ class TidewaterSparkJobOperator(SparkSubmitOperator):
         self._driver_memory = settings.spark_driver_memory
         self.env_vars = {**settings.to_env(), **spark_child_env()}
         # spark-submit starts the driver JVM: its options go here
-        if options := driver_java_options(settings, class_data.java_options()):
+        if options := java_options_of(settings, class_data.java_options()):
             self.conf = {**(self.conf or {}), "spark.driver.extraJavaOptions": " ".join(options)}
         self._result_lines: list[str] = []
         super().execute(context)

@@ -20,7 +20,7 @@ from tidewater.paths import spark_job
 from tidewater.pipelines import get_pipeline
 from tidewater.pipelines.layout import PipelineLayout
 from tidewater.processes import spark_child_env
-from tidewater.spark import driver_java_options, stream_master
+from tidewater.spark import java_options_of, stream_master
 
 
 def job_master(settings: Settings, pipeline: str) -> str:
@@ -32,7 +32,7 @@ def job_master(settings: Settings, pipeline: str) -> str:
 def stream_job_command(settings: Settings, pipeline: str, extra_args: Sequence[str] = ()) -> list[str]:
     """The spark-submit command line of ``pipeline``'s streaming job. spark-submit starts the JVM before
     any of our code reads the session's conf, so the job's heap and JVM options are given here."""
-    java_options = " ".join(driver_java_options(settings, class_data.java_options(), streaming=True))
+    java_options = " ".join(java_options_of(settings, class_data.java_options(), streaming=True))
     return [
         str(Path(sys.executable).parent / "spark-submit"),
         "--master",
