@@ -49,9 +49,16 @@ class_data_archive() {
     || echo "tidewater: no class-data archive: Spark JVMs start without it" >&2
 }
 
+# Spark's Python processes import the install's compiled pyspark instead of compiling Spark's pyspark.zip,
+# and connect back to the JVM before their imports (Spark gives them a fixed 10 s, too short on a busy
+# 2-core host): a .pth file, see include/tidewater/worker_start.py. Quick and idempotent.
+worker_start() {
+  .venv/bin/python -m tidewater.worker_start || true
+}
+
 stamp=.venv/.tidewater-installed
 want="$(cat requirements.lock pyproject.toml | sha256sum | cut -d' ' -f1)"
-if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then vendor_assets; class_data_archive; exit 0; fi
+if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then worker_start; vendor_assets; class_data_archive; exit 0; fi
 echo "tidewater: setting up .venv (first run takes a minute or two)" >&2
 [[ -x .venv/bin/python ]] || "$PY" -m venv .venv
 .venv/bin/python -m pip install --quiet --disable-pip-version-check "uv==0.13.9"
@@ -61,5 +68,6 @@ echo "tidewater: setting up .venv (first run takes a minute or two)" >&2
 # previous build unreachable there. Pruning drops only unreachable entries (tens of GB after a few dozen clones).
 .venv/bin/uv cache prune --quiet || true
 echo "$want" > "$stamp"
+worker_start
 vendor_assets
 class_data_archive
