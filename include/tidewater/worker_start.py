@@ -62,6 +62,9 @@ PTH_LINE = (
 HANDED_OVER = "get_sock_file_to_executor"
 
 _connected: socket.socket | None = None
+# site may run a .pth line more than once per interpreter (twice in our venvs, measured). A second
+# connect would wait 15 s for a JVM that accepts no second worker: that once cost each query's start 12 s.
+_started = False
 
 
 def worker_module(argv: Sequence[str]) -> str | None:
@@ -84,9 +87,11 @@ def worker_module(argv: Sequence[str]) -> str | None:
 
 
 def at_interpreter_start() -> None:
-    """Both changes, in a process Spark started (the ``.pth`` line's call)."""
-    if os.environ.get(SWITCH, "").strip().lower() == "spark":
+    """Both changes, once, in a process Spark started (the ``.pth`` line's call)."""
+    global _started
+    if _started or os.environ.get(SWITCH, "").strip().lower() == "spark":
         return
+    _started = True
     use_installed_pyspark(sys.path)
     connect_at_start()
 

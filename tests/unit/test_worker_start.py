@@ -176,3 +176,28 @@ def test_zips_of_another_spark_or_another_py4j_stay(tmp_path: Path) -> None:
     assert use_installed_pyspark(path) == []  # another SPARK_HOME's pyspark; a py4j zip of another version
     assert len(path) == 3
     assert use_installed_pyspark([str(lib / "pyspark.zip")]) == []  # no installed pyspark on the path: keep it
+
+
+def test_the_pth_line_run_twice_connects_once(clean_state: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """site runs a .pth line twice in our venvs: a second connect would wait 15 s for the JVM (it did)."""
+    jvm = StandInJvm()
+    calls: list[int] = []
+    real_connect = worker_start.connect
+
+    def counting_connect(environ):
+        calls.append(1)
+        return real_connect(environ)
+
+    try:
+        monkeypatch.setattr(worker_start, "_started", False)
+        monkeypatch.setattr(worker_start, "connect", counting_connect)
+        monkeypatch.setattr(sys, "orig_argv", RUNNER)
+        monkeypatch.setattr(sys, "path", list(sys.path))
+        for name, value in jvm.environ.items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.delenv(SWITCH, raising=False)
+        worker_start.at_interpreter_start()
+        worker_start.at_interpreter_start()
+        assert calls == [1] and worker_start.take_connected() is not None
+    finally:
+        jvm.close()

@@ -154,9 +154,10 @@ class PlatformState:
         return int(pid)
 
 
-# Streaming jobs per core that one host started together (./tw bench platform, 2026-11-28, 2 cores):
-# two pipelines had silver rows after 78 s; five missed Spark's 10 s connect-back window 118 times
-# and two sources still had no silver row after 10 minutes.
+# Streaming jobs per core that one host starts together in good time (./tw bench platform, 2 cores):
+# two pipelines had silver rows after 78 s (2026-11-28); five, since their Python workers connect back
+# at interpreter start (tidewater.worker_start), after 414 s, holding 7.8 GB PSS (2026-11-30; before it,
+# 118-123 missed connect-backs and sources with no silver row after 10 minutes).
 STREAM_JOBS_PER_CORE = 1
 
 
@@ -167,9 +168,9 @@ def crowded_host(pipelines: list[str], cores: int | None) -> str | None:
         return None
     fewer = ",".join(pipelines[: STREAM_JOBS_PER_CORE * cores])
     return (
-        f"{len(pipelines)} streaming jobs (one JVM each) on {cores} cores: measured on such a host, their Python "
-        "workers miss Spark's 10 s connect-back window, the jobs restart, and some sources get no silver rows "
-        f"for many minutes; run fewer, e.g. TIDEWATER_PIPELINES={fewer}"
+        f"{len(pipelines)} streaming jobs (one JVM each) on {cores} cores: measured on such a host, the last "
+        "source got its first silver rows after about 7 minutes and the jobs held ~1.1-1.5 GB each; "
+        f"run fewer, e.g. TIDEWATER_PIPELINES={fewer}"
     )
 
 

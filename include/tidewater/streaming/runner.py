@@ -55,7 +55,8 @@ from tidewater.streaming.writers import BronzeSilverWriter, GoldWriter, SharedGo
 log = logging.getLogger(__name__)
 
 # Spark's error when a Python worker did not connect back within its fixed 10 s, and how often the job
-# restarts one query for it before failing as a whole (the supervisor then restarts the job).
+# restarts one query for it before failing as a whole (the supervisor then restarts the job). Rare since
+# workers connect back at interpreter start (tidewater.worker_start); kept for a worker it cannot help.
 WORKER_TIMEOUT = "Python worker failed to connect back"
 WORKER_RESTART = "restarting the query from its checkpoint"  # in the job's log, once per such restart
 MAX_WORKER_RESTARTS = 5
