@@ -26,6 +26,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "tidewater.paths",
             "tidewater.processes",
             "tidewater.class_data",
+            "tidewater.worker_start",
             "tidewater.faults",
             "tidewater.phase_clock",
             "tidewater.strict_json",

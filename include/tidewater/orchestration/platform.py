@@ -156,8 +156,8 @@ class PlatformState:
 
 # Streaming jobs per core that one host starts together in good time (./tw bench platform, 2 cores):
 # two pipelines had silver rows after 78 s (2026-11-28); five, since their Python workers connect back
-# at interpreter start (tidewater.worker_start), after 414 s, holding 7.8 GB PSS (2026-11-30; before it,
-# 118-123 missed connect-backs and sources with no silver row after 10 minutes).
+# at interpreter start (tidewater.worker_start), after 309 s, the jobs holding 1.1-1.6 GB PSS each
+# (2026-11-30; as Spark starts them, 123 missed connect-backs and four sources without silver rows at 600 s).
 STREAM_JOBS_PER_CORE = 1
 
 
@@ -169,7 +169,7 @@ def crowded_host(pipelines: list[str], cores: int | None) -> str | None:
     fewer = ",".join(pipelines[: STREAM_JOBS_PER_CORE * cores])
     return (
         f"{len(pipelines)} streaming jobs (one JVM each) on {cores} cores: measured on such a host, the last "
-        "source got its first silver rows after about 7 minutes and the jobs held ~1.1-1.5 GB each; "
+        "source got its first silver rows after about 5 minutes and the jobs held 1.1-1.6 GB each; "
         f"run fewer, e.g. TIDEWATER_PIPELINES={fewer}"
     )
 
