@@ -92,8 +92,11 @@ def at_interpreter_start() -> None:
     if _started or os.environ.get(SWITCH, "").strip().lower() == "spark":
         return
     _started = True
-    use_installed_pyspark(sys.path)
-    connect_at_start()
+    try:
+        use_installed_pyspark(sys.path)
+        connect_at_start()
+    except Exception as error:  # never in the way of the process: it then starts as Spark made it
+        print(f"tidewater.worker_start: {error!r}; this process starts as Spark started it", file=sys.stderr)
 
 
 def use_installed_pyspark(path: list[str]) -> list[str]:
@@ -137,7 +140,7 @@ def connect_at_start(argv: Sequence[str] | None = None, environ: Mapping[str, st
         return False
     try:
         sock = connect(environ)
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError, struct.error):
         return False  # pyspark's own connect runs and reports
     global _connected
     _connected = sock
@@ -169,7 +172,7 @@ def connect(environ: Mapping[str, str]) -> socket.socket:
             if _read_exactly(sock, length).decode("utf-8") != "ok":
                 raise ConnectionRefusedError("the JVM refused the worker's secret")
         sock.sendall(struct.pack("!i", os.getpid()))
-    except OSError:
+    except (OSError, struct.error, UnicodeDecodeError):
         sock.close()
         raise
     return sock

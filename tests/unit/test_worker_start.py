@@ -1,7 +1,7 @@
 """How Spark's Python processes start (tidewater.worker_start): which of Spark's zips leave the path, and
 the connect-back at interpreter start against a stand-in for the JVM's side of Spark's worker handshake on
 127.0.0.1 (what it sends, what it hands to pyspark, when it does nothing). Against real Spark:
-tests/integration/test_worker_start.py."""
+tests/integration/test_spark_python_workers.py."""
 
 from __future__ import annotations
 
