@@ -89,7 +89,7 @@ def worker_module(argv: Sequence[str]) -> str | None:
 def at_interpreter_start() -> None:
     """Both changes, once, in a process Spark started (the ``.pth`` line's call)."""
     global _started
-    if _started or os.environ.get(SWITCH, "").strip().lower() == "spark":
+    if _started or switched_off(os.environ):
         return
     _started = True
     try:
@@ -97,6 +97,11 @@ def at_interpreter_start() -> None:
         connect_at_start()
     except Exception as error:  # never in the way of the process: it then starts as Spark made it
         print(f"tidewater.worker_start: {error!r}; this process starts as Spark started it", file=sys.stderr)
+
+
+def switched_off(environ: Mapping[str, str]) -> bool:
+    """``TIDEWATER_WORKER_START=spark``: the process starts as Spark made it."""
+    return environ.get(SWITCH, "").strip().lower() == "spark"
 
 
 def use_installed_pyspark(path: list[str]) -> list[str]:
@@ -134,9 +139,11 @@ def connect_at_start(argv: Sequence[str] | None = None, environ: Mapping[str, st
     """Connect this Spark worker back to its JVM now and hand the socket to pyspark; True if it did."""
     argv = sys.orig_argv if argv is None else argv
     environ = os.environ if environ is None else environ
-    if environ.get(SWITCH, "").strip().lower() == "spark" or worker_module(argv) is None:
+    if switched_off(environ) or worker_module(argv) is None:
         return False
-    if not _pyspark_hands_over():
+    if "PYTHON_WORKER_FACTORY_PORT" not in environ and "PYTHON_WORKER_FACTORY_SOCK_PATH" not in environ:
+        return False  # a daemon: its workers are forked and handed their sockets, nothing to connect
+    if not _pyspark_hands_over():  # reads a file: only where a connect follows
         return False
     try:
         sock = connect(environ)
