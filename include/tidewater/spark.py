@@ -154,6 +154,11 @@ def session_conf(
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.adaptive.enabled": "false",  # small batches: planning cost beats AQE gains
+        # Constraint propagation only infers filters (no result depends on it). On the parse's plans,
+        # wide projections of aliases and CASE WHENs, a cold JVM spent 5-7 s of a batch job in
+        # Project.getAllValidConstraints before its first job ran (the recompute of 600 rows: 11-12 s
+        # of silver against 5-6 s without it).
+        "spark.sql.constraintPropagation.enabled": "false",
         "spark.sql.codegen.cache.maxEntries": str(CODEGEN_CACHE_ENTRIES),
         # Reused workers idle in the pool for a minute are ended by Spark itself (PythonWorkerFactory).
         # Not spark.python.worker.killOnIdleTimeout: it kills a *busy* worker that sent nothing for the
