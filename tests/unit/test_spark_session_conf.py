@@ -41,6 +41,15 @@ def test_a_local_master_shares_the_drivers_environment():
     assert not any(is_local_master(m) for m in ("spark://127.0.0.1:7077", "yarn", "k8s://https://h:443"))
 
 
+def test_no_session_propagates_constraints():
+    """Every session, batch or stream, local or on a cluster: constraint propagation cost a cold batch
+    job 5-7 s of planning on the parse's plans (see session_conf), and only ever infers filters."""
+    for settings in (Settings(), Settings(spark_master="spark://127.0.0.1:7077")):
+        for streaming in (False, True):
+            conf = session_conf(settings, S3, streaming=streaming)
+            assert conf["spark.sql.constraintPropagation.enabled"] == "false"
+
+
 def test_a_cluster_masters_executors_get_the_settings_and_the_s3_endpoint_and_credentials():
     settings = Settings(
         spark_master="spark://127.0.0.1:7077",
