@@ -39,6 +39,41 @@ def preload_great_expectations() -> threading.Thread:
     return thread
 
 
+def share_compiled_templates() -> None:
+    """Every GX view of the process keeps its compiled Jinja templates in one in-memory cache.
+
+    GX renders each Data Docs page through a view with a Jinja environment of its own, so each page
+    compiled the same templates again: an audit of three suites compiled 153 templates, 1.9 s of its
+    ~26 s. Jinja checks each template's source checksum before it uses the kept code. Installed once
+    per process, on GX's view class (GX has no setting for an environment's bytecode cache)."""
+    import jinja2
+    from great_expectations.render.view.view import DefaultJinjaView
+
+    made = DefaultJinjaView.__init__
+    if getattr(made, "compiled_templates", None) is not None:
+        return
+
+    class CompiledTemplates(jinja2.BytecodeCache):
+        def __init__(self) -> None:
+            self.code: dict[str, bytes] = {}
+
+        def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+            if (code := self.code.get(bucket.key)) is not None:
+                bucket.bytecode_from_string(code)
+
+        def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+            self.code[bucket.key] = bucket.bytecode_to_string()
+
+    cache = CompiledTemplates()
+
+    def init(view: Any, *args: Any, **kwargs: Any) -> None:
+        made(view, *args, **kwargs)
+        view.env.bytecode_cache = cache
+
+    init.compiled_templates = cache  # type: ignore[attr-defined]
+    DefaultJinjaView.__init__ = init  # type: ignore[method-assign]
+
+
 @dataclass(frozen=True)
 class SuiteOutcome:
     layer: str
@@ -80,6 +115,7 @@ class SuiteRunner:
             },
         )
         self.source = self.context.data_sources.add_spark("tidewater")
+        share_compiled_templates()
 
     def validate(
         self, suite_json: dict[str, Any], frame: DataFrame, *, layer: str, parameters: dict[str, Any] | None = None
