@@ -43,7 +43,7 @@ def share_compiled_templates() -> None:
     """Every GX view of the process keeps its compiled Jinja templates in one in-memory cache.
 
     GX renders each Data Docs page through a view with a Jinja environment of its own, so each page
-    compiled the same templates again: an audit of three suites compiled 153 templates, 1.9 s of its
+    compiled the same templates again: an audit of three suites compiled 153 templates, 1.4-1.9 s of its
     ~26 s. Jinja checks each template's source checksum before it uses the kept code. Installed once
     per process, on GX's view class (GX has no setting for an environment's bytecode cache)."""
     import jinja2
