@@ -53,10 +53,12 @@ from typing import IO, Any
 
 SWITCH = "TIDEWATER_WORKER_START"  # "spark": start as Spark does, without this module's two changes
 PTH_NAME = "tidewater-worker-start.pth"
+# Where a process Spark started for one worker connects back to (a daemon gets neither).
+PORT_VARIABLE, SOCK_PATH_VARIABLE = "PYTHON_WORKER_FACTORY_PORT", "PYTHON_WORKER_FACTORY_SOCK_PATH"
 # Runs at every interpreter start of the install: it imports this module only in a process Spark started.
 PTH_LINE = (
-    "import os; ('pyspark.zip' in os.environ.get('PYTHONPATH', '') or 'PYTHON_WORKER_FACTORY_PORT' in os.environ"
-    " or 'PYTHON_WORKER_FACTORY_SOCK_PATH' in os.environ)"
+    f"import os; ('pyspark.zip' in os.environ.get('PYTHONPATH', '') or '{PORT_VARIABLE}' in os.environ"
+    f" or '{SOCK_PATH_VARIABLE}' in os.environ)"
     " and __import__('tidewater.worker_start').worker_start.at_interpreter_start()\n"
 )
 HANDED_OVER = "get_sock_file_to_executor"
@@ -141,7 +143,7 @@ def connect_at_start(argv: Sequence[str] | None = None, environ: Mapping[str, st
     environ = os.environ if environ is None else environ
     if switched_off(environ) or worker_module(argv) is None:
         return False
-    if "PYTHON_WORKER_FACTORY_PORT" not in environ and "PYTHON_WORKER_FACTORY_SOCK_PATH" not in environ:
+    if PORT_VARIABLE not in environ and SOCK_PATH_VARIABLE not in environ:
         return False  # a daemon: its workers are forked and handed their sockets, nothing to connect
     if not _pyspark_hands_over():  # reads a file: only where a connect follows
         return False
@@ -159,7 +161,7 @@ def connect(environ: Mapping[str, str]) -> socket.socket:
     """Spark's worker handshake, as ``pyspark.worker_util.get_sock_file_to_executor`` does it."""
     timeout = int(environ.get("SPARK_AUTH_SOCKET_TIMEOUT", 15))
     secret = environ.get("PYTHON_WORKER_FACTORY_SECRET")
-    path = environ.get("PYTHON_WORKER_FACTORY_SOCK_PATH")
+    path = environ.get(SOCK_PATH_VARIABLE)
     if path is not None and secret is None:  # a Unix domain socket: no secret
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(timeout)
@@ -170,7 +172,7 @@ def connect(environ: Mapping[str, str]) -> socket.socket:
             raise
     else:
         host = "::1" if environ.get("SPARK_PREFER_IPV6", "false").lower() == "true" else "127.0.0.1"
-        sock = socket.create_connection((host, int(environ["PYTHON_WORKER_FACTORY_PORT"])), timeout=timeout)
+        sock = socket.create_connection((host, int(environ[PORT_VARIABLE])), timeout=timeout)
     try:
         if secret is not None:
             encoded = secret.encode("utf-8")
