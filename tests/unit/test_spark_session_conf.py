@@ -21,6 +21,7 @@ from tidewater.spark import (
     java_options_of,
     session_conf,
     stream_master,
+    unread_hadoop_defaults,
 )
 from tidewater.spark_cluster import StandaloneCluster
 from tidewater.streaming.jobs import stream_job_command
@@ -263,3 +264,25 @@ def test_the_deployments_jvm_options_reach_every_driver_and_executor(monkeypatch
     assert command[command.index("--driver-java-options") + 1] == " ".join(streaming)
     with pytest.raises(ConfigError, match="TIDEWATER_SPARK_JAVA_OPTIONS='TieredStopAtLevel=1': must be JVM options"):
         Settings.from_env({"TIDEWATER_SPARK_JAVA_OPTIONS": "TieredStopAtLevel=1"})
+
+
+def test_only_properties_that_yarns_or_mapreduces_defaults_alone_set_are_unread():
+    def prop(name: str, *sources: str) -> str:
+        sourced = "".join(f"<source>{source}</source>" for source in sources)
+        return f"<property><name>{name}</name><value>v</value>{sourced}</property>"
+
+    xml = (
+        "<configuration>"
+        + "".join(
+            [
+                prop("yarn.admin.acl", "yarn-default.xml"),
+                prop("mapreduce.jobhistory.client.thread-count", "mapred-default.xml"),
+                prop("fs.s3a.endpoint", "core-default.xml"),
+                prop("mapreduce.fileoutputcommitter.algorithm.version", "mapred-default.xml", "programmatically"),
+                prop("yarn.both", "yarn-default.xml", "mapred-default.xml"),
+                prop("set.with.no.source"),
+            ]
+        )
+        + "</configuration>"
+    )
+    assert unread_hadoop_defaults(xml) == ["yarn.admin.acl", "mapreduce.jobhistory.client.thread-count", "yarn.both"]
