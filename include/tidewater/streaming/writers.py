@@ -343,7 +343,10 @@ class BronzeSilverWriter:
         source = self.silver.source
         try:
             with phase_clock.phase("read and parse"):  # the one Spark job; every table's rows to the driver
-                rows = source.outcomes_with_bronze(bronze).toArrow()
+                with phase_clock.phase("plan"):  # the transforms applied to the batch: Spark analyses them anew
+                    outcomes = source.outcomes_with_bronze(bronze)
+                with phase_clock.phase("rows to driver"):
+                    rows = outcomes.toArrow()
         except Exception as exc:
             if not may_be_the_data(exc):
                 raise
