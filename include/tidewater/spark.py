@@ -259,12 +259,18 @@ def drop_unread_hadoop_defaults(spark: SparkSession) -> int:
     instead of 5.9-8.7. ~0.4 s once, at the job's start, which a batch job (it plans once) would not
     win back."""
     configuration = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
-    writer = spark.sparkContext._jvm.java.io.StringWriter()  # type: ignore[union-attr]
-    configuration.writeXml(writer)
-    names = unread_hadoop_defaults(writer.toString())
+    names = unread_hadoop_defaults(hadoop_configuration_xml(spark))
     for name in names:
         configuration.unset(name)
     return len(names)
+
+
+def hadoop_configuration_xml(spark: SparkSession) -> str:
+    """The driver's Hadoop configuration as ``Configuration.writeXml`` writes it: each property with
+    its value (secrets redacted) and the sources that set it. One py4j call for all of them."""
+    writer = spark.sparkContext._jvm.java.io.StringWriter()  # type: ignore[union-attr]
+    spark.sparkContext._jsc.hadoopConfiguration().writeXml(writer)  # type: ignore[union-attr]
+    return writer.toString()
 
 
 def register_data_sources(spark: SparkSession) -> None:

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from tidewater.spark import YARN_AND_MAPREDUCE_DEFAULTS, drop_unread_hadoop_defaults
+from tidewater.spark import YARN_AND_MAPREDUCE_DEFAULTS, drop_unread_hadoop_defaults, hadoop_configuration_xml
 
 
 def properties(spark) -> dict[str, tuple[str | None, frozenset[str]]]:
     """name -> (value, sources) of the driver's Hadoop configuration."""
-    writer = spark.sparkContext._jvm.java.io.StringWriter()
-    spark.sparkContext._jsc.hadoopConfiguration().writeXml(writer)
     return {
         p.findtext("name"): (p.findtext("value"), frozenset(s.text for s in p.iter("source")))
-        for p in ET.fromstring(writer.toString()).iter("property")
+        for p in ET.fromstring(hadoop_configuration_xml(spark)).iter("property")
     }
 
 
