@@ -231,9 +231,17 @@ def bronze_passthrough(bronze_columns: Sequence[str]) -> tuple[list[str], dict[s
     return carry, keep
 
 
-def split_bronze(rows: pa.Table, bronze_columns: Sequence[str]) -> pa.Table:
+def split_bronze(rows: pa.Table) -> pa.Table:
     """The bronze rows of :func:`outcomes`' rows kept with :func:`bronze_passthrough`."""
-    return rows.select([BRONZE_PREFIX + name for name in bronze_columns]).rename_columns(list(bronze_columns))
+    names = [name for name in rows.column_names if name.startswith(BRONZE_PREFIX)]
+    return rows.select(names).rename_columns([name.removeprefix(BRONZE_PREFIX) for name in names])
+
+
+def bronze_of(outcomes: DataFrame) -> DataFrame:
+    """The bronze rows of :func:`outcomes` kept with :func:`bronze_passthrough`, as a plan: it reads
+    no parsed column, so Spark's optimizer prunes the parse from it."""
+    names = [name for name in outcomes.columns if name.startswith(BRONZE_PREFIX)]
+    return outcomes.select(*[F.col(quoted(name)).alias(name.removeprefix(BRONZE_PREFIX)) for name in names])
 
 
 def first_per_key(rows: DataFrame, key: str, *, kept: DataFrame | None = None) -> DataFrame:

@@ -28,6 +28,6 @@ def test_the_driver_splits_the_bronze_rows_off_under_their_own_names() -> None:
             BRONZE_PREFIX + "offset": [7, 8],
         }
     )
-    bronze = split_bronze(rows, ["value", "offset"])
+    bronze = split_bronze(rows)
     assert bronze.column_names == ["value", "offset"]
     assert bronze.to_pylist() == [{"value": b"{}", "offset": 7}, {"value": b"{", "offset": 8}]

@@ -273,15 +273,14 @@ class PipelineStreams:
                 .option("path", tier.target)
                 .options(**lock_options(bronze_lock))
             )
-        return kafka.writeStream.foreachBatch(
-            BronzeSilverWriter(
-                bronze=LakeTable(tier.target),
-                silver=silver_writer(),
-                app_id=checkpoint.app_id,
-                query=name,
-                lock=bronze_lock,
-            )
+        writer = BronzeSilverWriter(
+            bronze=LakeTable(tier.target),
+            silver=silver_writer(),
+            app_id=checkpoint.app_id,
+            query=name,
+            lock=bronze_lock,
         )
+        return writer.input_of(kafka).writeStream.foreachBatch(writer)
 
     def _gold_writer(self, tier: Tier, checkpoint: Checkpoint, name: str) -> DataStreamWriter:
         """Silver of the query's inputs (see :func:`gold_inputs`) -> the kind's output mode -> MERGE into
