@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 from hypothesis import HealthCheck, given, settings
@@ -277,6 +278,28 @@ def test_a_micro_batch_is_one_spark_job_and_its_bronze_rows_are_the_kafka_record
 
     assert in_order(written.cast(expected.schema)) == in_order(expected)
     check_lake(spark, layout, sent)
+
+
+def test_a_batch_written_apart_reads_its_bronze_columns_without_the_parse(spark, tmp_path) -> None:
+    """The stream's input carries the parse in its plan (``BronzeSilverWriter.input_of``); the poison
+    path reads the same batch's bronze columns alone (``transforms.bronze_of``), and Spark's optimizer
+    prunes every parsed column from that plan, so a record the parse cannot handle cannot fail it."""
+    from tidewater import transforms
+
+    records = checked(kafka_batch(valid_events(5, seed=12)), RSVPS.source().payload_schema.json())
+    pq.write_table(pa.Table.from_batches([stamped(records, 1_763_719_200_000_000)]), tmp_path / "batch.parquet")
+    kafka = spark.read.parquet(str(tmp_path / "batch.parquet"))  # a scan, as the stream's source is
+    rows = RSVPS.source().outcomes_with_bronze(transforms.to_bronze(kafka))
+    bronze = transforms.bronze_of(rows)
+
+    def optimized(frame) -> str:
+        return frame._jdf.queryExecution().optimizedPlan().toString()
+
+    assert "from_json" in optimized(rows) and "AS _error#" in optimized(rows)
+    plan = optimized(bronze)
+    assert "from_json" not in plan and "AS _error#" not in plan, plan
+    assert bronze.columns == transforms.to_bronze(kafka).columns
+    assert bronze.toArrow() == transforms.to_bronze(kafka).toArrow()
 
 
 def test_a_pipeline_may_opt_into_lenient_parsing(spark) -> None:
