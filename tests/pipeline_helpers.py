@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -19,6 +22,7 @@ from tidewater.generator.events import GeneratedRecord, GeneratorConfig, generat
 from tidewater.lake.reads import read_table
 from tidewater.pipelines import get_pipeline
 from tidewater.pipelines.layout import PipelineLayout
+from tidewater.processes import group_members
 
 # Bronze's Arrow schema, for tests that commit bronze files directly (no Spark).
 BRONZE_SCHEMA = pa.schema(
@@ -142,3 +146,14 @@ def wait_for(predicate: Callable[[], Any], *, timeout_s: float, what: str, log: 
         time.sleep(0.5)
     tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:]) if log and log.exists() else ""
     raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}\n{tail}")
+
+
+def kill_job(job: subprocess.Popen[bytes]) -> int:
+    """kill -9 a streaming job's whole process group (a crash), and return once every process of it is
+    gone: the job's exit status. The launcher is reaped first; the Python driver, which holds the
+    checkpoints' leases, lets go of them only when its own exit ends, and a claim made in between is
+    refused ("in use by a running driver")."""
+    os.killpg(job.pid, signal.SIGKILL)
+    status = job.wait(timeout=30)
+    wait_for(lambda: not group_members(job.pid), timeout_s=30, what=f"the killed job's processes (group {job.pid})")
+    return status

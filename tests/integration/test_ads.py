@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import signal
 import uuid
 from collections import Counter, defaultdict
@@ -28,7 +27,7 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from pipeline_helpers import run_stream, send, wait_for
+from pipeline_helpers import kill_job, run_stream, send, wait_for
 from tidewater.batch.correction import correct_late_data
 from tidewater.batch.interval import Interval
 from tidewater.batch.ledger import Ledger
@@ -142,8 +141,7 @@ def lake(spark, broker, tmp_path_factory) -> dict[str, Any]:
             return table.exists() and any(r["clicked"] for r in published(layout, "clicked_impressions"))
 
         wait_for(clicks_credited, timeout_s=300, what="the first credited clicks in gold", log=log)
-        os.killpg(job.pid, signal.SIGKILL)
-        assert job.wait(timeout=30) == -signal.SIGKILL
+        assert kill_job(job) == -signal.SIGKILL
     finally:
         stop_process_group(job, timeout_s=10)
 

@@ -33,7 +33,7 @@ import pytest
 from deltalake import DeltaTable
 
 from hostile import NOW_MS, corpus
-from pipeline_helpers import gold_as_streamed, send
+from pipeline_helpers import gold_as_streamed, kill_job, send
 from tidewater.faults import CRASH_AFTER_COMMIT
 from tidewater.generator.events import GeneratedRecord, GeneratorConfig, expected_events, generate, parse_ts
 from tidewater.generator.producer import ensure_topic
@@ -187,8 +187,7 @@ def test_exactly_once_under_kill_9(spark, kafka_settings, make_topic, tmp_path: 
                         target=layout.table_uri("bronze"),
                     )
             time.sleep(chaos.uniform(0.0, 3.0))
-            os.killpg(job.pid, signal.SIGKILL)
-            job.wait(timeout=30)
+            kill_job(job)
 
         producer.join(timeout=120)
         final = launch("final", "--available-now")

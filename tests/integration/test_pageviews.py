@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import random
 import signal
 import uuid
@@ -33,7 +32,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from pipeline_helpers import run_stream, send, wait_for
+from pipeline_helpers import kill_job, run_stream, send, wait_for
 from tidewater.batch.correction import correct_late_data
 from tidewater.batch.interval import Interval
 from tidewater.batch.ledger import Ledger
@@ -250,8 +249,7 @@ def lake(spark, broker, tmp_path_factory) -> dict[str, Any]:
 
         wait_for(hour_counted, timeout_s=300, what="the hour's views in gold", log=log)
         hour_open = published_hourly(layout)
-        os.killpg(job.pid, signal.SIGKILL)
-        assert job.wait(timeout=30) == -signal.SIGKILL
+        assert kill_job(job) == -signal.SIGKILL
     finally:
         stop_process_group(job, timeout_s=10)
 

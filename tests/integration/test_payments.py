@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from pipeline_helpers import delta_rows, final_watermark_ms, run_stream, send, wait_for
+from pipeline_helpers import delta_rows, final_watermark_ms, kill_job, run_stream, send, wait_for
 from tidewater.batch.correction import correct_late_data
 from tidewater.batch.interval import Interval
 from tidewater.batch.ledger import Ledger
@@ -150,8 +150,7 @@ def lake(broker, tmp_path_factory) -> dict[str, Any]:
                 log=logs / f"random-{round_no}.log",
             )
             time.sleep(chaos.uniform(0.0, 4.0))
-            os.killpg(job.pid, signal.SIGKILL)
-            job.wait(timeout=30)
+            kill_job(job)
         producer.join(timeout=120)
         final = launch("final", "--available-now")
         assert final.wait(timeout=600) == 0, (logs / "final.log").read_text()[-3000:]
