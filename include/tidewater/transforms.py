@@ -231,17 +231,21 @@ def bronze_passthrough(bronze_columns: Sequence[str]) -> tuple[list[str], dict[s
     return carry, keep
 
 
+def _bronze_names(columns: Sequence[str]) -> dict[str, str]:
+    """Each column of :func:`outcomes`' rows that :func:`bronze_passthrough` kept -> its bronze name."""
+    return {name: name.removeprefix(BRONZE_PREFIX) for name in columns if name.startswith(BRONZE_PREFIX)}
+
+
 def split_bronze(rows: pa.Table) -> pa.Table:
     """The bronze rows of :func:`outcomes`' rows kept with :func:`bronze_passthrough`."""
-    names = [name for name in rows.column_names if name.startswith(BRONZE_PREFIX)]
-    return rows.select(names).rename_columns([name.removeprefix(BRONZE_PREFIX) for name in names])
+    names = _bronze_names(rows.column_names)
+    return rows.select(list(names)).rename_columns(list(names.values()))
 
 
 def bronze_of(outcomes: DataFrame) -> DataFrame:
     """The bronze rows of :func:`outcomes` kept with :func:`bronze_passthrough`, as a plan: it reads
     no parsed column, so Spark's optimizer prunes the parse from it."""
-    names = [name for name in outcomes.columns if name.startswith(BRONZE_PREFIX)]
-    return outcomes.select(*[F.col(quoted(name)).alias(name.removeprefix(BRONZE_PREFIX)) for name in names])
+    return outcomes.select(*[F.col(quoted(kept)).alias(name) for kept, name in _bronze_names(outcomes.columns).items()])
 
 
 def first_per_key(rows: DataFrame, key: str, *, kept: DataFrame | None = None) -> DataFrame:

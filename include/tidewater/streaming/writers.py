@@ -359,7 +359,7 @@ class BronzeSilverWriter:
             if not may_be_the_data(exc):
                 raise
             log.warning("%s batch %s failed (%s): bronze and silver apart", self.query, batch_id, one_line(exc))
-            # The bronze columns alone: Spark prunes the parse from that plan, so the read succeeds.
+            # The bronze columns alone: Spark prunes the parse from that plan, so no record fails it there.
             self._write_apart(transforms.bronze_of(outcomes), batch_id)
             return
         with phase_clock.phase("bronze"):  # its commit's phases: bronze/lock wait, bronze/commit
