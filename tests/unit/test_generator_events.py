@@ -25,7 +25,9 @@ from tidewater.generator import (
     generate,
     parse_ts,
 )
-from tidewater.generator.events import rate_at
+from tidewater.generator.cli import ahead_of_the_clock
+from tidewater.generator.events import rate_at, schedule_span_ms
+from tidewater.pipelines import get_pipeline
 
 START = parse_ts("2026-11-21T10:00:00.000Z")
 MESSY = GeneratorConfig(
@@ -395,3 +397,28 @@ def test_a_broker_refusing_timestamps_is_reported_in_one_line(monkeypatch: pytes
     line = one_line(info.value)
     assert line.startswith("ProduceError: 3 record(s) to topic 't'") and "\n" not in line
     assert "InvalidTimestampError" in line and "log.message.timestamp" in line and "--start-time" in line
+
+
+@pytest.mark.parametrize("bursts", [{}, {"burst_every_s": 2.0, "burst_seconds": 0.5, "burst_multiplier": 4.0}])
+def test_schedule_span_is_how_far_generate_moves_its_clock(bursts: dict[str, float]) -> None:
+    config = GeneratorConfig(seed=3, rate=250, start_time_ms=1_000_000, **bursts)
+    records = list(generate(config, 2_001))
+    assert records[-1].scheduled_ms - records[0].scheduled_ms == schedule_span_ms(config, 2_001)
+    assert schedule_span_ms(config, 1) == schedule_span_ms(config, 0) == 0
+
+
+def test_a_fast_run_whose_events_would_be_quarantined_as_future_says_so_and_how_to_end_them_now() -> None:
+    """A million events at the default 1,000/s sent at once from now span 16.7 minutes of event time:
+    rsvps quarantines what is more than 5 minutes ahead of its arrival. The note names the share and the
+    --start-time that ends the schedule now; with it, or for a run that stays within 5 minutes, no note."""
+    rsvps = get_pipeline("rsvps")
+    now_ms = parse_ts("2026-11-30T13:00:00.400Z")
+    note = ahead_of_the_clock(rsvps, GeneratorConfig(), 1_000_000, now_ms)
+    assert note is not None and "\n" not in note
+    assert "16.7 minutes" in note and "more than 5 minutes ahead" in note and "up to 70%" in note, note
+    suggested = note.rsplit("--start-time ", 1)[1].split()[0]
+    assert suggested == "2026-11-30T12:43:20Z"
+    backlog = GeneratorConfig(start_time_ms=parse_ts(suggested))
+    assert ahead_of_the_clock(rsvps, backlog, 1_000_000, now_ms) is None
+    assert ahead_of_the_clock(rsvps, GeneratorConfig(), 300_000, now_ms) is None  # 5 minutes: accepted
+    assert ahead_of_the_clock(rsvps, GeneratorConfig(start_time_ms=now_ms), 400_000, now_ms) is not None

@@ -22,9 +22,17 @@ from typing import TextIO
 
 from tidewater.config import Settings
 from tidewater.errors import ConfigError, TidewaterError, one_line
-from tidewater.generator.events import DELAY_DISTRIBUTIONS, GeneratorConfig, SampleEvents, parse_ts
+from tidewater.generator.events import (
+    DELAY_DISTRIBUTIONS,
+    GeneratorConfig,
+    SampleEvents,
+    format_ts,
+    parse_ts,
+    schedule_span_ms,
+)
 from tidewater.generator.producer import ProduceError, ProduceReport, ensure_topic, pipeline_topics, produce
 from tidewater.pipelines import Pipeline, pipeline_option
+from tidewater.times import parse_duration
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(GeneratorConfig)}
 NON_TTY_PROGRESS_EVERY_S = 5.0
@@ -263,6 +271,31 @@ def _stop_on_signals(stop: threading.Event) -> Iterator[dict[str, int]]:
             signal.signal(sig, old)
 
 
+def ahead_of_the_clock(pipeline: Pipeline, config: GeneratorConfig, count: int, now_ms: int) -> str | None:
+    """One line when ``count`` events on ``config``'s schedule, all sent at ``now_ms``, would reach
+    further ahead of their arrival than the pipeline's contract accepts (those are quarantined), with
+    the ``--start-time`` that makes the schedule end at ``now_ms`` instead (a backlog of the past).
+
+    Why: the schedule starts at the wall clock unless told otherwise and runs at ``--rate``; with
+    --as-fast-as-possible a million events at 1,000/s land in minutes but span 16.7 minutes of event time.
+    """
+    start_ms = now_ms if config.start_time_ms is None else config.start_time_ms
+    tolerances = [(parse_duration(c.tolerance), c.tolerance) for s in pipeline.sources for c in s.arrival_checks]
+    span_ms = schedule_span_ms(config, count)
+    ahead_ms = start_ms + span_ms - now_ms
+    if not tolerances or span_ms <= 0 or ahead_ms <= min(tolerances)[0].total_seconds() * 1000:
+        return None
+    tolerance, text = min(tolerances)
+    share = min(1.0, (ahead_ms - tolerance.total_seconds() * 1000) / span_ms)
+    backlog_start = format_ts((now_ms - span_ms) // 1000 * 1000).replace(".000Z", "Z")
+    return (
+        f"generator: these {count:,} events span {span_ms / 60_000:.1f} minutes of event time, up to "
+        f"{ahead_ms / 60_000:.1f} minutes ahead of the clock, and {pipeline.name} quarantines events more than "
+        f"{text} ahead of their arrival: up to {share:.0%} of them will be; --start-time {backlog_start} "
+        "makes them end now"
+    )
+
+
 def run(args: argparse.Namespace, settings: Settings, *, out: TextIO | None = None) -> int:
     """Ensure the topic, produce, show progress, print a summary.
 
@@ -279,6 +312,10 @@ def run(args: argparse.Namespace, settings: Settings, *, out: TextIO | None = No
     own_topic, follow_ups = pipeline_topics(settings, pipeline)
     topic = args.topic or own_topic
     config = config_from_args(args)
+    if args.as_fast_as_possible and args.count:
+        note = ahead_of_the_clock(pipeline, config, args.count, int(time.time() * 1000))
+        if note:
+            out.write(note + "\n")
     partitions = args.partitions or settings.kafka_topic_partitions
     stop = threading.Event()
     display = ProgressDisplay(out)

@@ -23,6 +23,7 @@ from tidewater.pipelines.samples import (
     format_ts,
     parse_ts,
     rate_at,
+    schedule_span_ms,
 )
 from tidewater.pipelines.samples import expected_events as _expected_events
 from tidewater.pipelines.samples import generate as _generate
@@ -44,6 +45,7 @@ __all__ = [
     "generate",
     "parse_ts",
     "rate_at",
+    "schedule_span_ms",
 ]
 
 RSVP_EVENTS = rsvps.SAMPLE_EVENTS

@@ -26,7 +26,7 @@ from tidewater import transforms
 from tidewater.connectors.kafka_client import SPARK_RECORD_DDL
 from tidewater.dedup import CONFLICT_SCHEMA
 from tidewater.errors import ConfigError, PipelineError
-from tidewater.pipelines.contract import Constraint, Quality
+from tidewater.pipelines.contract import Constraint, NotAfterArrival, Quality
 from tidewater.pipelines.samples import SampleEvents
 from tidewater.times import parse_duration
 
@@ -385,6 +385,11 @@ class Source:
     def trigger_seconds(self) -> float | None:
         """The declared :attr:`trigger_interval` in seconds (None: the job's trigger)."""
         return trigger_seconds_of(self.trigger_interval)
+
+    @property
+    def arrival_checks(self) -> list[NotAfterArrival]:
+        """The contract's checks of event time against arrival: what quarantines an event from the future."""
+        return [c for c in self.constraints if isinstance(c, NotAfterArrival)]
 
     @property
     def all_rules(self) -> tuple[transforms.Rule, ...]:

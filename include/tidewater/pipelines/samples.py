@@ -304,6 +304,17 @@ def rate_at(config: GeneratorConfig, elapsed_s: float) -> float:
     return config.rate
 
 
+def schedule_span_ms(config: GeneratorConfig, count: int) -> int:
+    """Simulated ms from the first of ``count`` records to the last: how far :func:`generate` moves its
+    clock over them (bursts included; follow-ups ride on their events' times)."""
+    if config.burst_every_s <= 0:
+        return int(max(count - 1, 0) * 1000.0 / config.rate)
+    sim_ms = 0.0
+    for _ in range(count - 1):
+        sim_ms += 1000.0 / rate_at(config, sim_ms / 1000.0)
+    return int(sim_ms)
+
+
 def _draw_delay(rng: random.Random, config: GeneratorConfig) -> int:
     """A delay (ms) from the configured distribution, clipped to [1, out_of_order_max_ms]."""
     mean = config.delay_mean_ms

@@ -247,4 +247,4 @@ def _resolve(schema: StructType, expr: str) -> DataType | None:
 
 def lead_columns(source: Source) -> list[NotAfterArrival]:
     """Constraints whose expectations need a derived column added to the audited frame."""
-    return [c for c in source.constraints if isinstance(c, NotAfterArrival)]
+    return source.arrival_checks
