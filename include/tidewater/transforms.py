@@ -214,9 +214,11 @@ def split_outcomes(rows: pa.Table, silver_columns: Sequence[str]) -> tuple[pa.Ta
     :func:`quarantined_rows` and :func:`valid_rows` select, by whether a row has a reason."""
     rejected = pc.is_valid(rows.column(OUTCOME_PREFIX + "reason"))
     names = [name for name in rows.column_names if name.startswith(OUTCOME_PREFIX)]
-    quarantine = rows.filter(rejected).select(names)
+    # Select, then filter: a filter copies every column it is given, and the rows also carry the
+    # other table's columns and bronze's payload (rsvps, 200k rows: 21-29 ms this way, 133-729 before).
+    quarantine = rows.select(names).filter(rejected)
     quarantine = quarantine.rename_columns([name.removeprefix(OUTCOME_PREFIX) for name in names])
-    return quarantine, rows.filter(pc.invert(rejected)).select(list(silver_columns))
+    return quarantine, rows.select(list(silver_columns)).filter(pc.invert(rejected))
 
 
 BRONZE_PREFIX = "_bronze_"
@@ -311,7 +313,7 @@ def _nullable_struct(frame: DataFrame) -> Column:
 
 def untagged(rows: pa.Table, name: str) -> pa.Table:
     """The rows of output ``name`` of a :func:`tagged_union` micro-batch, as the output's own columns."""
-    mine = rows.filter(pc.equal(rows.column(GOLD_TAG), name)).column(name)
+    mine = pc.filter(rows.column(name), pc.equal(rows.column(GOLD_TAG), name))  # this output's column alone
     return pa.Table.from_struct_array(mine)
 
 

@@ -49,25 +49,26 @@ def make_lake(spark, state_dir: str) -> PipelineLayout:
     return layout
 
 
+def silver_writer(layout: PipelineLayout) -> SilverWriter:
+    table = layout.table
+    return SilverWriter(
+        RSVPS.source(),
+        silver=table("silver"),
+        quarantine=table("quarantine"),
+        conflicts=table("conflicts"),
+        app_id="fuzz",
+        query="fuzz.silver",
+    )
+
+
 def write_batch(spark, layout: PipelineLayout, items: list[Hostile], batch_id: int = 0, first_offset: int = 0) -> None:
     """One micro-batch through the streaming job's writer, exactly as the bronze query calls it: with each
     payload checked and stamped as the Kafka source does it (``payloadContract``, ``ingestTime``)."""
     records = checked(kafka_batch(items, first_offset=first_offset), RSVPS.source().payload_schema.json())
     records = stamped(records, int(dt.datetime.now(dt.UTC).timestamp() * 1_000_000))
     frame = spark.createDataFrame(pa.Table.from_batches([records]))
-    table = layout.table
     writer = BronzeSilverWriter(
-        bronze=table("bronze"),
-        silver=SilverWriter(
-            RSVPS.source(),
-            silver=table("silver"),
-            quarantine=table("quarantine"),
-            conflicts=table("conflicts"),
-            app_id="fuzz",
-            query="fuzz.silver",
-        ),
-        app_id="fuzz",
-        query="fuzz.bronze",
+        bronze=layout.table("bronze"), silver=silver_writer(layout), app_id="fuzz", query="fuzz.bronze"
     )
     # The stream's input is a scan. Over a local relation Spark's optimizer would run the parse as it plans
     # (ConvertToLocalRelation), even in a plan of bronze columns alone that never reads it.
@@ -455,3 +456,39 @@ def test_reasons_and_names_with_quotes_survive_the_sql_plan(spark) -> None:
     )
     rows = parsed.toArrow().select(["a `b` 'c'", "_error", "twice"]).sort_by("twice").to_pylist()
     assert rows == [{"a `b` 'c'": 1, "_error": None, "twice": 2}, {"a `b` 'c'": 2, "_error": reason, "twice": 4}]
+
+
+def test_silver_looks_its_keys_up_while_bronze_commits_and_commits_only_after_it(spark, tmp_path) -> None:
+    """The bronze commit runs on its own thread; silver's key lookup and de-duplication only read silver,
+    so they run before silver waits for that commit. Every commit of silver's tables still comes after
+    it, in the order quarantine, conflicts, silver, and the batch's rows are the same as before."""
+    from tidewater import transforms
+
+    layout = make_lake(spark, str(tmp_path))
+    write_batch(spark, layout, valid_events(30, seed=11))  # silver holds keys the next batch re-sends
+    again = valid_events(60, seed=11)  # the first 30 again (copies), then 30 new events
+    items = [*again, *corpus()]  # and records quarantine takes
+    records = checked(kafka_batch(items, first_offset=1_000), RSVPS.source().payload_schema.json())
+    frame = spark.createDataFrame(pa.Table.from_batches([stamped(records, 1_763_719_300_000_000)]))
+    rows = RSVPS.source().outcomes_with_bronze(transforms.to_bronze(frame)).toArrow()
+    rejected, valid = RSVPS.source().split_outcomes(rows)
+    assert rejected.num_rows and valid.num_rows
+    table = layout.table
+    writer = silver_writer(layout)
+    seen: list[str] = []
+    lookup = writer.silver_keys.lookup
+    writer.silver_keys.lookup = lambda keys: seen.append("lookup") or lookup(keys)  # type: ignore[method-assign]
+    versions = {name: table(name).version() for name in ("silver", "quarantine")}
+
+    def bronze_committed() -> None:  # what BronzeSilverWriter passes: the wait for its bronze commit
+        seen.append("bronze")
+        assert {name: table(name).version() for name in versions} == versions  # nothing of the batch yet
+
+    writer.write_outcomes((rejected, valid), 1, before_commits=bronze_committed)
+    assert seen == ["lookup", "bronze"]
+    assert all(table(name).version() == version + 1 for name, version in versions.items())
+    order = sorted(("silver", "quarantine"), key=lambda name: table(name).history(limit=1)[0]["timestamp"])
+    assert order == ["quarantine", "silver"]
+    held = independent(layout, "silver")["event_id"].to_pylist()
+    assert len(held) == len(set(held))  # one row per key: the re-sent copies dropped
+    assert {json.loads(item.value)["event_id"] for item in again} <= set(held)
