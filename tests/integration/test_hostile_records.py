@@ -458,10 +458,10 @@ def test_reasons_and_names_with_quotes_survive_the_sql_plan(spark) -> None:
     assert rows == [{"a `b` 'c'": 1, "_error": None, "twice": 2}, {"a `b` 'c'": 2, "_error": reason, "twice": 4}]
 
 
-def test_silver_looks_its_keys_up_while_bronze_commits_and_commits_only_after_it(spark, tmp_path) -> None:
-    """The bronze commit runs on its own thread; silver's key lookup and de-duplication only read silver,
-    so they run before silver waits for that commit. Every commit of silver's tables still comes after
-    it, in the order quarantine, conflicts, silver, and the batch's rows are the same as before."""
+def test_silver_commits_nothing_before_bronze_has_and_then_quarantine_before_silver(spark, tmp_path) -> None:
+    """The bronze commit runs on its own thread while silver's rows are divided; silver waits for it
+    before its key lookup and any commit, then commits quarantine before silver, so every crash point
+    between the commits is the one the exactly-once tests cover. Re-sent copies are dropped."""
     from tidewater import transforms
 
     layout = make_lake(spark, str(tmp_path))
@@ -485,7 +485,7 @@ def test_silver_looks_its_keys_up_while_bronze_commits_and_commits_only_after_it
         assert {name: table(name).version() for name in versions} == versions  # nothing of the batch yet
 
     writer.write_outcomes((rejected, valid), 1, before_commits=bronze_committed)
-    assert seen == ["lookup", "bronze"]
+    assert seen == ["bronze", "lookup"]
     assert all(table(name).version() == version + 1 for name, version in versions.items())
     order = sorted(("silver", "quarantine"), key=lambda name: table(name).history(limit=1)[0]["timestamp"])
     assert order == ["quarantine", "silver"]
