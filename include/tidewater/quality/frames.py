@@ -24,7 +24,6 @@ from tidewater.batch.predicates import Selection
 from tidewater.lake.reads import read_table
 from tidewater.pipelines.base import Source
 from tidewater.pipelines.layout import PipelineLayout
-from tidewater.quality.suites import lead_columns
 from tidewater.times import parse_duration
 
 
@@ -105,7 +104,7 @@ def arrived_in(interval: Interval) -> Column:
 
 def with_leads(source: Source, frame: DataFrame) -> DataFrame:
     """Add the derived columns some expectations validate (event time ahead of ingestion, seconds)."""
-    for constraint in lead_columns(source):
+    for constraint in source.arrival_checks:
         lead = F.col(constraint.column).cast("double") - F.col("ingest_time").cast("double")
         frame = frame.withColumn(constraint.lead_column, lead)
     return frame

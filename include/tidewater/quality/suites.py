@@ -28,7 +28,7 @@ from pyspark.sql.types import DataType, StructType
 
 from tidewater.errors import ConfigError
 from tidewater.pipelines.base import FINAL, PROVISIONAL, Pipeline, Source, StreamJoin
-from tidewater.pipelines.contract import Expectation, NotAfterArrival, expectation
+from tidewater.pipelines.contract import Expectation, expectation
 from tidewater.times import parse_duration
 
 SUITES_DIR = Path(__file__).parent / "suites"
@@ -243,8 +243,3 @@ def _resolve(schema: StructType, expr: str) -> DataType | None:
             return None
         current = current[part].dataType
     return current
-
-
-def lead_columns(source: Source) -> list[NotAfterArrival]:
-    """Constraints whose expectations need a derived column added to the audited frame."""
-    return source.arrival_checks
