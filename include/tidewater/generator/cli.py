@@ -279,14 +279,17 @@ def ahead_of_the_clock(pipeline: Pipeline, config: GeneratorConfig, count: int, 
     Why: the schedule starts at the wall clock unless told otherwise and runs at ``--rate``; with
     --as-fast-as-possible a million events at 1,000/s land in minutes but span 16.7 minutes of event time.
     """
-    start_ms = now_ms if config.start_time_ms is None else config.start_time_ms
     tolerances = [(parse_duration(c.tolerance), c.tolerance) for s in pipeline.sources for c in s.arrival_checks]
-    span_ms = schedule_span_ms(config, count)
-    ahead_ms = start_ms + span_ms - now_ms
-    if not tolerances or span_ms <= 0 or ahead_ms <= min(tolerances)[0].total_seconds() * 1000:
+    if not tolerances:
         return None
     tolerance, text = min(tolerances)
-    share = min(1.0, (ahead_ms - tolerance.total_seconds() * 1000) / span_ms)
+    accepted_ms = tolerance.total_seconds() * 1000
+    start_ms = now_ms if config.start_time_ms is None else config.start_time_ms
+    span_ms = schedule_span_ms(config, count)
+    ahead_ms = start_ms + span_ms - now_ms
+    if span_ms <= 0 or ahead_ms <= accepted_ms:
+        return None
+    share = min(1.0, (ahead_ms - accepted_ms) / span_ms)
     backlog_start = format_ts((now_ms - span_ms) // 1000 * 1000).replace(".000Z", "Z")
     return (
         f"generator: these {count:,} events span {span_ms / 60_000:.1f} minutes of event time, up to "

@@ -304,14 +304,17 @@ def rate_at(config: GeneratorConfig, elapsed_s: float) -> float:
     return config.rate
 
 
+def _next_ms(config: GeneratorConfig, sim_ms: float) -> float:
+    """The simulated clock one record later (ms since the start): the one step of :func:`generate`'s clock."""
+    return sim_ms + 1000.0 / rate_at(config, sim_ms / 1000.0)
+
+
 def schedule_span_ms(config: GeneratorConfig, count: int) -> int:
     """Simulated ms from the first of ``count`` records to the last: how far :func:`generate` moves its
     clock over them (bursts included; follow-ups ride on their events' times)."""
-    if config.burst_every_s <= 0:
-        return int(max(count - 1, 0) * 1000.0 / config.rate)
     sim_ms = 0.0
     for _ in range(count - 1):
-        sim_ms += 1000.0 / rate_at(config, sim_ms / 1000.0)
+        sim_ms = _next_ms(config, sim_ms)
     return int(sim_ms)
 
 
@@ -463,7 +466,7 @@ def generate(config: GeneratorConfig, count: int | None, events: SampleEvents) -
                 recent.append(record)
             if kind != "lost":
                 yield record
-        sim_ms += 1000.0 / rate_at(config, sim_ms / 1000.0)
+        sim_ms = _next_ms(config, sim_ms)
         i += 1
 
 
