@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -88,3 +89,38 @@ def test_equal_keys_hash_equally_whatever_their_arrow_type() -> None:
     assert (key_hashes(pa.array([1, 2, 3], pa.int32())) == key_hashes(pa.array([1, 2, 3], pa.int64()))).all()
     assert len(key_hashes(pa.array(["a", None]))) == 1
     assert len(set(key_hashes(pa.array([f"k{i}" for i in range(10_000)])).tolist())) == 10_000
+
+
+def test_a_key_hashes_the_same_in_any_array_that_holds_it() -> None:
+    """The index compares hashes taken from different arrays (a file's keys, a batch's): the hash of a
+    value cannot depend on its neighbours' widths, its array's offset or chunks."""
+    uuids = [f"{i:08x}-b45e-41f0-b139-d32c93cd59bf" for i in range(1000)]  # one width: the reshaped path
+    odd = ["", "a", "é" * 9, "x" * 100, "12345678", "123456789", "a\x00"]
+    one_width = key_hashes(pa.array(uuids))
+    mixed = key_hashes(pa.array(odd + uuids))
+    assert (mixed[len(odd) :] == one_width).all()
+    assert (key_hashes(pa.array(odd + uuids).slice(len(odd) + 10, 5)) == one_width[10:15]).all()
+    assert (key_hashes(pa.chunked_array([uuids[:3], odd, uuids[3:6]]))[:3] == one_width[:3]).all()
+    assert len(set(mixed.tolist())) == len(odd) + len(uuids)  # trailing NULs and lengths tell apart
+    assert key_hashes(pa.array([], pa.string())).shape == (0,)
+
+
+def test_sorted_lookups_agree_with_sets() -> None:
+    rng = np.random.default_rng(5)
+    for size, other in [(0, 5), (3, 1000), (1000, 3), (500, 500)]:
+        probe = key_index.sorted_unique(rng.integers(0, 2_000, size).astype(np.uint64))
+        held = np.sort(rng.integers(0, 2_000, other).astype(np.uint64))  # repeats: one hash in several files
+        assert (probe == np.unique(probe)).all()
+        assert key_index._any_in(probe, np.unique(held)) == bool(set(probe.tolist()) & set(held.tolist()))
+        lo, hi = key_index._matching(held, probe)
+        found = sorted(v for start, stop in zip(lo, hi, strict=True) for v in held[start:stop].tolist())
+        assert found == sorted(v for v in held.tolist() if v in set(probe.tolist()))
+
+
+def test_keys_of_many_widths_are_hashed_in_bounded_parts(monkeypatch) -> None:
+    """Mixed widths gather each value's bytes through an index 8x their size: in parts, not at once."""
+    values = pa.array([f"k{i}" + "x" * (i % 50) for i in range(3_000)])
+    whole = key_hashes(values)
+    monkeypatch.setattr(key_index, "GATHER_BYTES", 64)
+    assert (key_hashes(values) == whole).all()
+    assert len(set(whole.tolist())) == 3_000
