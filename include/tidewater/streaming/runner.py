@@ -60,6 +60,7 @@ log = logging.getLogger(__name__)
 WORKER_TIMEOUT = "Python worker failed to connect back"
 WORKER_RESTART = "restarting the query from its checkpoint"  # in the job's log, once per such restart
 MAX_WORKER_RESTARTS = 5
+AWAIT_SECONDS = 0.5  # how often an available-now run looks for start-up workers to give back
 
 
 class StreamFailedError(TidewaterError):
@@ -226,12 +227,16 @@ class PipelineStreams:
         partitions = settings.gold_shuffle_partitions if tier.feeds is None else settings.spark_shuffle_partitions
         self.spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
         query = writer.queryName(name).option("checkpointLocation", str(checkpoint.path)).trigger(**trigger).start()
+        self._follow(tier, trigger, query)
+        log.info("started %s (%s -> %s)", name, tier.source, tier.target)
+        return query
+
+    def _follow(self, tier: Tier, trigger: dict[str, Any], query: StreamingQuery) -> None:
+        """Note a query just started: to restart it, and for the start-up workers its start used."""
         self.queries[tier.query] = query
         self._started[tier.query] = (tier, trigger)
         self._startup_pending.update(STARTUP_WORKER_MODULES)
         self._unplanned[tier.query] = ReadSources()
-        log.info("started %s (%s -> %s)", name, tier.source, tier.target)
-        return query
 
     def _source_writer(self, tier: Tier, checkpoint: Checkpoint, name: str, source: Source) -> DataStreamWriter:
         """Kafka -> bronze (and silver, unless silver is its own query), or bronze -> silver."""
@@ -334,15 +339,25 @@ class PipelineStreams:
         return publisher
 
     def run_available_now(self, spark: SparkSession) -> None:
-        """Process everything available now, tier by tier, then return."""
+        """Process everything available now, tier by tier (each tier finishing before the next starts),
+        then return. Meanwhile Spark's start-up Python workers are given back as in a long-running job
+        (:meth:`_follow_start_up`): rsvps' drain of 1M events held ~180 MiB of them idle to its end.
+
+        Tried: every gold query at once (gold reads silver alone). rsvps, 1M events, two interleaved
+        pairs: its gold took 18.6 / 21.2 s after silver's last commit against 24.6 / 25.4 s one after
+        the other, but the drain's PSS peak (in gold) was 2,237 / 2,424 MiB against 2,199 / 2,280."""
         self.prepare(spark)
         for tier in self.tiers:
             query = self.start(tier, {"availableNow": True})
-            try:
-                query.awaitTermination()
-            except Exception as exc:
-                detail = one_line(exc) + state_layout_hint(str(exc))
-                raise StreamFailedError(f"{self.query_name(tier.query)} failed: {detail}") from exc
+            while True:
+                try:
+                    if query.awaitTermination(AWAIT_SECONDS):
+                        break
+                except Exception as exc:
+                    detail = one_line(exc) + state_layout_hint(str(exc))
+                    raise StreamFailedError(f"{self.query_name(tier.query)} failed: {detail}") from exc
+                self._follow_start_up()
+            self._unplanned.pop(tier.query, None)  # a query that ended plans no more reads
 
     def run_forever(
         self, spark: SparkSession, stop: threading.Event, *, trigger_seconds: float | None = None
