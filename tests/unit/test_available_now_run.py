@@ -1,5 +1,5 @@
-"""``--available-now`` runs its queries tier by tier and gives back Spark's start-up Python workers as it
-goes, as a long-running job does (no Spark: stand-in query and worker objects)."""
+"""``--available-now`` runs its queries tier by tier and, in a process that runs it once, gives back Spark's
+start-up Python workers as a long-running job does (no Spark: stand-in query and worker objects)."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def run(tmp_path: Any, polls: dict[str, int], errors: dict[str, str] | None = No
 
 def test_tier_by_tier_giving_back_the_start_up_workers_once_no_query_needs_them(tmp_path):
     job, events = run(tmp_path, {"bronze": 3, "gold_venue_response_counts": 3, "gold_trending_venues": 2})
-    job.run_available_now(spark=None)
+    job.run_available_now(spark=None, give_back_startup_workers=True)
     assert events == [
         "start bronze",
         "give back create_data_source, lookup_data_sources",  # they ran inside start()
@@ -79,6 +79,13 @@ def test_tier_by_tier_giving_back_the_start_up_workers_once_no_query_needs_them(
         "give back create_data_source, lookup_data_sources",
         "done gold_trending_venues",  # ended with its first read: the job ends, its planner with it
     ]
+    assert not job._unplanned
+
+
+def test_a_session_of_many_runs_keeps_them_unless_told(tmp_path):
+    job, events = run(tmp_path, {"bronze": 3, "gold_venue_response_counts": 3, "gold_trending_venues": 3})
+    job.run_available_now(spark=None)
+    assert [event for event in events if event.startswith("give back")] == []
     assert not job._unplanned
 
 

@@ -52,7 +52,7 @@ def cmd_stream(args: argparse.Namespace, settings: Settings) -> int:
         master = job_master(settings, pipeline.name)  # spark-submit's, when it launched this job
         spark = build_session(settings, f"tidewater-stream-{pipeline.name}", streaming=True, master=master)
         if args.available_now:
-            streams.run_available_now(spark)
+            streams.run_available_now(spark, give_back_startup_workers=True)  # this process runs it once
         else:
             print(f"tidewater: streaming {pipeline.name} ({', '.join(t.query for t in streams.tiers)})", flush=True)
             streams.run_forever(spark, stopper.event, trigger_seconds=args.trigger_seconds)

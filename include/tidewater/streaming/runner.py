@@ -338,11 +338,17 @@ class PipelineStreams:
         self._publishers.append(publisher)
         return publisher
 
-    def run_available_now(self, spark: SparkSession) -> None:
+    def run_available_now(self, spark: SparkSession, *, give_back_startup_workers: bool = False) -> None:
         """Process everything available now, tier by tier (each tier finishing before the next starts),
-        then return. Meanwhile Spark's start-up Python workers are given back as in a long-running job
-        (:meth:`_follow_start_up`). Kept to the end, ~180 MiB of them sat idle through rsvps' drain of
-        1M events: its PSS peak was 2,367 / 2,437 MiB with them, 2,199 / 2,280 without.
+        then return.
+
+        ``give_back_startup_workers``: give back Spark's start-up Python workers as a long-running job
+        does (:meth:`_follow_start_up`), for a process that runs once and exits (``tidewater stream
+        --available-now``). A drain of rsvps' 1M events held ~180 MiB of them idle to its end; given
+        back, its PSS peak was 2,199 / 2,280 MiB against 2,367 / 2,437 (two interleaved pairs). Each
+        later query's start makes Spark start them again (~0.7 s a daemon), so a session that runs
+        many small available-now runs keeps them: ``test_rsvps_pipeline.py`` took 95-97 s with them
+        given back, 73-74 s without.
 
         Tried: every gold query at once (gold reads silver alone). rsvps, 1M events, two interleaved
         pairs: its gold took 18.6 / 21.2 s after silver's last commit against 24.6 / 25.4 s one after
@@ -357,7 +363,8 @@ class PipelineStreams:
                 except Exception as exc:
                     detail = one_line(exc) + state_layout_hint(str(exc))
                     raise StreamFailedError(f"{self.query_name(tier.query)} failed: {detail}") from exc
-                self._follow_start_up()
+                if give_back_startup_workers:
+                    self._follow_start_up()
             self._unplanned.pop(tier.query, None)  # a query that ended plans no more reads
 
     def run_forever(
