@@ -288,7 +288,7 @@ def test_the_stream_does_not_need_airflow_and_airflow_starts_no_second_copy(prof
     assert control.health().pid == driver and control.lease_pids() == {driver}
     # Starts since the pause: none. (Before it, the supervisor may have started the stream twice: on a busy
     # host its first driver can start before the supervision test creates the topic, exit, and be restarted.)
-    # (An event's pid is the launched job's, the driver's parent on the standalone master, not the driver's.)
+    # (An event's pid is the spark-submit process the supervisor launched, not the Python driver under it.)
     starts = [e for e in control.events() if e["event"] == "start"]
     assert starts and not [e for e in starts if dt.datetime.fromisoformat(e["at"]) >= paused], starts
 
