@@ -51,7 +51,7 @@ def startup_tree(jvm: int) -> dict[int, tuple[str, int]]:
 def not_released(before: dict[int, tuple[str, int]], stopped: list[int]) -> set[int]:
     """Of the processes alive before this test's first query, the daemons the release did not stop and
     their workers: not this session's factories' (the release stops every daemon its factories hold).
-    Seen twice in the twelfth stop on a pytest worker whose session earlier modules had used."""
+    Suspected at the ninth stop, on a pytest worker whose session earlier modules had used."""
     daemons = {pid for pid, (_, parent) in before.items() if pid not in stopped and parent not in stopped}
     return {pid for pid, (_, parent) in before.items() if pid in daemons or parent in daemons}
 
