@@ -122,9 +122,12 @@ def _surely_no_duplicate_keys(raw: bytes) -> bool:
     """True when no object of ``raw`` repeats a key, decided at msgspec's speed (the exact check below
     costs ~5x more per record). Decoding keeps one copy of a repeated key, so the decoded value encodes
     back to the payload's own minified text only if no key repeated. False (a repeated key, or numbers
-    or escapes spelled otherwise than msgspec spells them) leaves the decision to the exact check."""
+    or escapes spelled otherwise than msgspec spells them) leaves the decision to the exact check.
+    A payload already minified as msgspec spells it (every generator's here) is compared as it is,
+    without minifying it again: 2.1-2.2 µs against 3.2 for 200k rsvps payloads."""
     try:
-        return msgspec.json.encode(msgspec.json.decode(raw)) == msgspec.json.format(raw, indent=-1)
+        again = msgspec.json.encode(msgspec.json.decode(raw))
+        return again == raw or again == msgspec.json.format(raw, indent=-1)
     except Exception:
         return False
 

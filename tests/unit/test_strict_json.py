@@ -33,6 +33,7 @@ def test_a_valid_payload_passes() -> None:
         (b'{"event_id":"a"} trailing', "trailing characters"),
         (b'{"event_id":"a"}{"event_id":"b"}', "trailing characters"),
         (b'{"event_id":"a","event_id":"b"}', "duplicate key 'event_id'"),
+        (b'{ "event_id": "a", "event_id": "a" }', "duplicate key 'event_id'"),  # not minified
         (b'{"member":{"member_id":1,"member_id":1}}', "duplicate key 'member_id'"),
         # repeated keys where msgspec spells numbers or escapes otherwise (the exact check decides)
         (b'{"venue":{"lat":1.0e3,"lat":2}}', "duplicate key 'lat'"),
@@ -58,6 +59,7 @@ def test_lenient_spellings_are_refused_with_a_reason(raw: bytes | None, reason: 
     "raw",
     [
         b'{"venue":{"lat":1.0e3,"lon":-0.0}}',  # spelled otherwise than msgspec would: the exact check runs
+        b'{ "event_id" : "a",\n  "venue": {"lat": 1.5} }',  # whitespace: minified before it is compared
         b'{"event_id":"caf\\u00e9 \\/"}',
         b'{"member":{"member_name":"\xc3\xa9"},"other":{"member_name":1}}',  # same key in two objects
     ],
