@@ -340,11 +340,6 @@ class Settings:
     stream_extra_task_slots: str = setting(
         "auto", Pattern(r"auto|[0-9]|[1-5][0-9]|6[0-4]", "auto, or a number of task slots from 0 to 64")
     )
-    # On a local master, Spark's JVM and its Python processes (task workers, state processors, the
-    # driver's servers) talk over Unix domain sockets instead of loopback TCP. A state processor makes a
-    # round trip per state call: payments' fraud rules (two per card) folded 4,000 payments a micro-batch
-    # in 0.84-0.92 s against 1.04-1.09 s over TCP (README, twenty-third stop).
-    spark_python_unix_sockets: bool = setting(True, Flag())
     # On a cluster master only (spark://, yarn, k8s): each job's share. One core per job lets one worker
     # run every stream and batch job side by side (a job takes all free cores by default).
     spark_cores_max: int = setting(1, Range(ge=1, le=100_000))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 
@@ -131,24 +130,6 @@ JOIN_STATE_FORMAT = {
 CODEGEN_CACHE_ENTRIES = 1000
 
 
-# Spark names a Unix socket ".<uuid>.sock" in its folder, and a socket's path holds at most 107 bytes.
-UNIX_SOCKET_NAME_LENGTH = len("/.00000000-0000-0000-0000-000000000000.sock")
-UNIX_SOCKET_PATH_MAX = 107
-
-
-def unix_socket_dir(settings: Settings, master: str) -> str | None:
-    """This process's folder for Spark's Unix sockets (see ``spark_python_unix_sockets``), or None to
-    keep loopback TCP: the setting is off, the master is not local, or the temporary folder's path
-    leaves no room for a socket's name. Not the scratch folder: under a test's temporary folder its path
-    is too long. A folder per process, those of dead processes removed, as with the scratch folder."""
-    if not (settings.spark_python_unix_sockets and is_local_master(master)):
-        return None
-    root = os.path.join(tempfile.gettempdir(), f"tidewater-sockets-{os.getuid()}")
-    if len(root) + len("/4194304") + UNIX_SOCKET_NAME_LENGTH > UNIX_SOCKET_PATH_MAX:  # the longest pid
-        return None
-    return scratch_dir(root)
-
-
 def session_conf(
     settings: Settings,
     environ: Mapping[str, str] | None = None,
@@ -156,15 +137,13 @@ def session_conf(
     scratch: str | None = None,
     streaming: bool = False,
     class_data_options: Sequence[str] = (),
-    socket_dir: str | None = None,
 ) -> dict[str, str]:
     """Every Spark setting of a tidewater session (pure: tested without a JVM).
 
     ``scratch`` is the driver's temporary folder (see :func:`tidewater.processes.scratch_dir`);
     ``streaming``: the streaming job's session, whose heap is ``stream_driver_memory``;
     ``class_data_options``: the JVM options that map the class-data archive (:mod:`tidewater.class_data`),
-    given to the driver and, on a cluster, to the executors; ``socket_dir``: where the JVM and its Python
-    processes talk over Unix sockets (:func:`unix_socket_dir`; None: loopback TCP)."""
+    given to the driver and, on a cluster, to the executors."""
     conf = {
         "spark.driver.memory": settings.stream_driver_memory if streaming else settings.spark_driver_memory,
         "spark.driver.host": "127.0.0.1",
@@ -195,8 +174,6 @@ def session_conf(
     java_options += java_options_of(settings, class_data_options, streaming=streaming)
     if java_options:
         conf["spark.driver.extraJavaOptions"] = " ".join(java_options)
-    if socket_dir:
-        conf |= {"spark.python.unix.domain.socket.enabled": "true", "spark.python.unix.domain.socket.dir": socket_dir}
     if streaming:
         conf |= CHECKPOINT_FILE_MANAGER
     if scratch:
@@ -241,13 +218,7 @@ def build_session(
     if streaming:
         with open(scheduler_pools_file(scratch), "w", encoding="utf-8") as handle:
             handle.write(SCHEDULER_POOLS_XML)
-    conf = session_conf(
-        settings,
-        scratch=scratch,
-        streaming=streaming,
-        class_data_options=class_data.java_options(),
-        socket_dir=unix_socket_dir(settings, master or settings.spark_master),
-    )
+    conf = session_conf(settings, scratch=scratch, streaming=streaming, class_data_options=class_data.java_options())
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -23,7 +21,6 @@ from tidewater.spark import (
     java_options_of,
     session_conf,
     stream_master,
-    unix_socket_dir,
     unread_hadoop_defaults,
 )
 from tidewater.spark_cluster import StandaloneCluster
@@ -267,34 +264,6 @@ def test_the_deployments_jvm_options_reach_every_driver_and_executor(monkeypatch
     assert command[command.index("--driver-java-options") + 1] == " ".join(streaming)
     with pytest.raises(ConfigError, match="TIDEWATER_SPARK_JAVA_OPTIONS='TieredStopAtLevel=1': must be JVM options"):
         Settings.from_env({"TIDEWATER_SPARK_JAVA_OPTIONS": "TieredStopAtLevel=1"})
-
-
-def test_a_local_masters_jvm_and_python_processes_talk_over_unix_sockets_in_a_short_folder(monkeypatch):
-    short = tempfile.mkdtemp(prefix="tw-")  # a test's tmp_path is too long for a socket (the next test)
-    monkeypatch.setattr(tempfile, "tempdir", short)
-    try:
-        folder = unix_socket_dir(Settings(), "local[2]")
-        assert folder == os.path.join(short, f"tidewater-sockets-{os.getuid()}", str(os.getpid()))
-        assert os.path.isdir(folder)
-        conf = session_conf(Settings(), {}, socket_dir=folder)
-        assert conf["spark.python.unix.domain.socket.enabled"] == "true"
-        assert conf["spark.python.unix.domain.socket.dir"] == folder
-        # Loopback TCP as before: switched off, a cluster's executors (the folder is this host's), no folder.
-        assert unix_socket_dir(Settings(spark_python_unix_sockets=False), "local[2]") is None
-        assert unix_socket_dir(Settings(), "spark://127.0.0.1:7077") is None
-        assert not [key for key in session_conf(Settings(), {}) if key.startswith("spark.python.unix")]
-        assert Settings.from_env({"TIDEWATER_SPARK_PYTHON_UNIX_SOCKETS": "false"}).spark_python_unix_sockets is False
-    finally:
-        shutil.rmtree(short)
-
-
-def test_no_unix_socket_where_its_path_would_not_fit(monkeypatch, tmp_path):
-    """A socket's path holds 107 bytes and Spark's names take 43 of them: a long temporary folder
-    keeps loopback TCP rather than a socket Spark could not create."""
-    deep = tmp_path / ("d" * (107 - len(str(tmp_path))))
-    monkeypatch.setattr(tempfile, "tempdir", str(deep))
-    assert unix_socket_dir(Settings(), "local[2]") is None
-    assert not deep.exists()
 
 
 def test_only_properties_that_yarns_or_mapreduces_defaults_alone_set_are_unread():
