@@ -6,8 +6,9 @@ file system, ``--runs`` times (3 by default: one run is not a figure on a shared
 prints for each pipeline the median and the spread (min-max) of:
 
 1. sustained records/s from Kafka to silver (+ quarantine) while draining a backlog of 1M (``--backlog``)
-   of the pipeline's sample events in micro-batches of 100k (slope between 20% and 90% of the backlog,
-   so start-up and the last batch are not counted), and the peak RSS meanwhile. The job is started for
+   of the pipeline's sample events in micro-batches of the deployment's ``TIDEWATER_MAX_OFFSETS_PER_TRIGGER``
+   (200k by default; ``--drain-batch`` sets another), the rate taken between 20% and 90% of the backlog
+   (start-up and the last batch not counted), and the peak RSS meanwhile. The job is started for
    the drain: its JVM compiles Spark's hot code as it goes (rsvps: the C2 compiler threads took 9.5,
    5.7 and 3.5 s of CPU in three 20 s windows of a 2M drain), which a 400k backlog, three measured
    micro-batches, mostly measured;
@@ -376,13 +377,12 @@ def phase_settings(base: Settings, pipeline: Pipeline, phase: str, run: int, wor
     return base.replace(state_dir=str(work / label), lake_root=lake, kafka_topic_prefix=f"{label}-")
 
 
-DRAIN_BATCH = 100_000  # records per micro-batch while draining
-
-
-def measure_throughput(base: Settings, pipeline: Pipeline, backlog: int, run: int, work: Path) -> dict[str, Any]:
-    # Batches of 100k: the first (cold JVM) batch is a small part of the backlog, and the slope
-    # below is taken between 20% and 90% of it, i.e. at steady state.
-    settings = phase_settings(base, pipeline, "throughput", run, work).replace(max_offsets_per_trigger=DRAIN_BATCH)
+def measure_throughput(
+    base: Settings, pipeline: Pipeline, backlog: int, run: int, work: Path, *, drain_batch: int
+) -> dict[str, Any]:
+    """Drain ``backlog`` in micro-batches of ``drain_batch`` records. The rate is the slope between 20%
+    and 90% of the backlog (:func:`drain_rate`): the first batch, on a cold JVM, is not counted."""
+    settings = phase_settings(base, pipeline, "throughput", run, work).replace(max_offsets_per_trigger=drain_batch)
     create_topics(settings, pipeline)
     produce_s, events_from_ms = preload(settings, pipeline, backlog)
     records = produced_records(settings, pipeline)
@@ -415,6 +415,7 @@ def measure_throughput(base: Settings, pipeline: Pipeline, backlog: int, run: in
         "progress": str(progress),
         "compiles_per_trigger": compiles_per_trigger([progress]),
         "records": records,
+        "drain_batch": drain_batch,
         "events_from_ms": events_from_ms,
     }
 
@@ -725,9 +726,10 @@ def summarize_runs(pipeline: str, runs: list[dict[str, Any]]) -> list[str]:
     if machine:
         lines.append(machine)
     if throughput:
+        batches = sorted({t.get("drain_batch", 100_000) for t in throughput})  # older results: 100k
         lines.append(
-            f"  Kafka -> silver while draining: {spread([t['events_per_s'] for t in throughput], ' events/s')}"
-            f" (target {TARGETS['events_per_s']})"
+            f"  Kafka -> silver while draining ({'/'.join(f'{b:,}' for b in batches)}-record micro-batches):"
+            f" {spread([t['events_per_s'] for t in throughput], ' events/s')} (target {TARGETS['events_per_s']})"
         )
         lines.append(
             f"  peak RSS draining: {spread([t['peak_rss_gb'] for t in throughput], ' GB', 2)}"
@@ -1027,6 +1029,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup-seconds", type=float, default=15.0)
     parser.add_argument("--rate", type=float, default=2000.0)
     parser.add_argument("--latency-seconds", type=float, default=90.0)
+    parser.add_argument(
+        "--drain-batch",
+        type=int,
+        help="records per micro-batch while draining (default: TIDEWATER_MAX_OFFSETS_PER_TRIGGER, 200,000 unless set)",
+    )
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--skip-latency", action="store_true")
     parser.add_argument(
@@ -1047,10 +1054,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error("--runs must be at least 1")
-    if args.backlog < 3 * DRAIN_BATCH:
+    drain_batch = args.drain_batch or Settings.from_env().max_offsets_per_trigger
+    if drain_batch < 1:
+        parser.error("--drain-batch must be at least 1")
+    if args.backlog < 3 * drain_batch:
         parser.error(
-            f"--backlog must be at least {3 * DRAIN_BATCH:,}: the drain rate is taken between 20% and 90% of "
-            f"it, and a micro-batch drains {DRAIN_BATCH:,} records"
+            f"--backlog must be at least {3 * drain_batch:,}: the drain rate is taken between 20% and 90% of "
+            f"it, and a micro-batch drains {drain_batch:,} records"
         )
     exit_on_sigterm()  # a killed bench still stops its job, broker and cluster
     available = {name: p for name, p in all_pipelines().items() if p.sample_events is not None}
@@ -1065,7 +1075,7 @@ def main(argv: list[str] | None = None) -> int:
         f"a 10M-step Python loop on one core in {spread(loop_seconds(), ' s', 2)} at the start"
     )
     print(f"machine: {machine}", flush=True)
-    results: dict[str, Any] = {"machine": machine, "pipelines": {}}
+    results: dict[str, Any] = {"machine": machine, "drain_batch": drain_batch, "pipelines": {}}
     with tempfile.TemporaryDirectory(prefix="tidewater-bench-") as tmp, contextlib.ExitStack() as stack:
         work = Path(args.work_dir or tmp)
         work.mkdir(parents=True, exist_ok=True)
@@ -1089,8 +1099,14 @@ def main(argv: list[str] | None = None) -> int:
                 figures: dict[str, Any] = {}
                 probe_machine(figures, "before")
                 if not args.skip_throughput:
-                    print(f"{name} run {run}: throughput, draining {args.backlog:,} events", flush=True)
-                    measure = partial(measure_throughput, base, pipeline, args.backlog, run, work)
+                    print(
+                        f"{name} run {run}: throughput, draining {args.backlog:,} events"
+                        f" in micro-batches of {drain_batch:,}",
+                        flush=True,
+                    )
+                    measure = partial(
+                        measure_throughput, base, pipeline, args.backlog, run, work, drain_batch=drain_batch
+                    )
                     t = attempt(figures, "throughput", measure, broker_pid=broker_pid)
                     if t:
                         print(
@@ -1185,7 +1201,11 @@ def write_profile(path: Path, results: dict[str, Any], machine: str, where: str)
     for name, runs in results["pipelines"].items():
         lines += [f"## {name}", "", *[f"    {line}" for line in summarize_runs(name, runs)[1:]], ""]
         for phase, title, min_rows in (
-            ("throughput", "draining a backlog (100k-record micro-batches)", 1000),
+            (
+                "throughput",
+                f"draining a backlog ({results.get('drain_batch', 100_000) // 1000:,}k-record micro-batches)",
+                1000,
+            ),
             ("latency", "at the offered rate (1 s trigger)", 1),
         ):
             files = [Path(r[phase]["progress"]) for r in runs if phase in r]
