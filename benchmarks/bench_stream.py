@@ -377,6 +377,15 @@ def phase_settings(base: Settings, pipeline: Pipeline, phase: str, run: int, wor
     return base.replace(state_dir=str(work / label), lake_root=lake, kafka_topic_prefix=f"{label}-")
 
 
+# Every drain before --drain-batch was in micro-batches of this many records (results without the field).
+OLD_DRAIN_BATCH = 100_000
+
+
+def records(count: int) -> str:
+    """``200k-record`` (a whole number of thousands) or ``12,345-record``."""
+    return f"{count // 1000:,}k-record" if count % 1000 == 0 else f"{count:,}-record"
+
+
 def measure_throughput(
     base: Settings, pipeline: Pipeline, backlog: int, run: int, work: Path, *, drain_batch: int
 ) -> dict[str, Any]:
@@ -726,7 +735,7 @@ def summarize_runs(pipeline: str, runs: list[dict[str, Any]]) -> list[str]:
     if machine:
         lines.append(machine)
     if throughput:
-        batches = sorted({t.get("drain_batch", 100_000) for t in throughput})  # older results: 100k
+        batches = sorted({t.get("drain_batch", OLD_DRAIN_BATCH) for t in throughput})
         lines.append(
             f"  Kafka -> silver while draining ({'/'.join(f'{b:,}' for b in batches)}-record micro-batches):"
             f" {spread([t['events_per_s'] for t in throughput], ' events/s')} (target {TARGETS['events_per_s']})"
@@ -1054,7 +1063,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error("--runs must be at least 1")
-    drain_batch = args.drain_batch or Settings.from_env().max_offsets_per_trigger
+    drain_batch = args.drain_batch if args.drain_batch is not None else Settings.from_env().max_offsets_per_trigger
     if drain_batch < 1:
         parser.error("--drain-batch must be at least 1")
     if args.backlog < 3 * drain_batch:
@@ -1203,7 +1212,7 @@ def write_profile(path: Path, results: dict[str, Any], machine: str, where: str)
         for phase, title, min_rows in (
             (
                 "throughput",
-                f"draining a backlog ({results.get('drain_batch', 100_000) // 1000:,}k-record micro-batches)",
+                f"draining a backlog ({records(results.get('drain_batch', OLD_DRAIN_BATCH))} micro-batches)",
                 1000,
             ),
             ("latency", "at the offered rate (1 s trigger)", 1),

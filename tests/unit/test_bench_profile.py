@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 from bench_stream import (
@@ -22,8 +24,10 @@ from bench_stream import (
     keep_roles,
     loop_seconds,
     machine_line,
+    main,
     minute_line,
     process_role,
+    records,
     render_memory,
     spawning,
     summarize_runs,
@@ -219,6 +223,24 @@ def test_a_measure_records_the_brokers_cpu_meanwhile_and_the_drain_summary_repor
         line.startswith("  the embedded broker over the drain (the backlog's preload included): ") for line in lines
     )
     assert "broker_cpu_s" not in (attempt({}, "x", lambda: {}) or {})  # no broker: nothing recorded
+
+
+def test_the_drain_summary_says_the_micro_batch_size_and_a_bad_size_is_refused(capsys) -> None:
+    drain = {"events_per_s": 45_000.0, "peak_rss_gb": 2.6, "peak_pss_gb": 2.1, "executor_peak_rss_gb": 0.0}
+    lines = summarize_runs("payments", [{"throughput": drain | {"drain_batch": 200_000}}])
+    assert (
+        "  Kafka -> silver while draining (200,000-record micro-batches): 45,000 events/s (target >= 40,000)" in lines
+    )
+    older = summarize_runs("payments", [{"throughput": drain}])  # a result from before the field: 100k
+    assert any(line.startswith("  Kafka -> silver while draining (100,000-record micro-batches):") for line in older)
+    assert records(200_000) == "200k-record" and records(12_345) == "12,345-record"  # the profile's titles
+    for argv, problem in (
+        (["--drain-batch", "0"], "--drain-batch must be at least 1"),
+        (["--drain-batch", "400000", "--backlog", "1000000"], "--backlog must be at least 1,200,000"),
+    ):
+        with pytest.raises(SystemExit):
+            main(argv)
+        assert problem in capsys.readouterr().err
 
 
 def test_silver_latency_counts_each_event_at_the_commit_that_made_it_visible_not_at_a_compaction(tmp_path) -> None:
