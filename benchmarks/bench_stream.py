@@ -381,8 +381,13 @@ def phase_settings(base: Settings, pipeline: Pipeline, phase: str, run: int, wor
 OLD_DRAIN_BATCH = 100_000
 
 
-def records(count: int) -> str:
-    """``200k-record`` (a whole number of thousands) or ``12,345-record``."""
+def drain_batches(throughput: list[dict[str, Any]]) -> list[int]:
+    """The micro-batch sizes these drains ran in (a result from before the field: :data:`OLD_DRAIN_BATCH`)."""
+    return sorted({t.get("drain_batch", OLD_DRAIN_BATCH) for t in throughput})
+
+
+def batch_label(count: int) -> str:
+    """``200k-record`` (a whole number of thousands) or ``12,345-record``: the profile's drain title."""
     return f"{count // 1000:,}k-record" if count % 1000 == 0 else f"{count:,}-record"
 
 
@@ -735,9 +740,9 @@ def summarize_runs(pipeline: str, runs: list[dict[str, Any]]) -> list[str]:
     if machine:
         lines.append(machine)
     if throughput:
-        batches = sorted({t.get("drain_batch", OLD_DRAIN_BATCH) for t in throughput})
         lines.append(
-            f"  Kafka -> silver while draining ({'/'.join(f'{b:,}' for b in batches)}-record micro-batches):"
+            f"  Kafka -> silver while draining ({'/'.join(f'{b:,}' for b in drain_batches(throughput))}-record"
+            " micro-batches):"
             f" {spread([t['events_per_s'] for t in throughput], ' events/s')} (target {TARGETS['events_per_s']})"
         )
         lines.append(
@@ -1084,7 +1089,7 @@ def main(argv: list[str] | None = None) -> int:
         f"a 10M-step Python loop on one core in {spread(loop_seconds(), ' s', 2)} at the start"
     )
     print(f"machine: {machine}", flush=True)
-    results: dict[str, Any] = {"machine": machine, "drain_batch": drain_batch, "pipelines": {}}
+    results: dict[str, Any] = {"machine": machine, "pipelines": {}}
     with tempfile.TemporaryDirectory(prefix="tidewater-bench-") as tmp, contextlib.ExitStack() as stack:
         work = Path(args.work_dir or tmp)
         work.mkdir(parents=True, exist_ok=True)
@@ -1209,12 +1214,9 @@ def write_profile(path: Path, results: dict[str, Any], machine: str, where: str)
     ]
     for name, runs in results["pipelines"].items():
         lines += [f"## {name}", "", *[f"    {line}" for line in summarize_runs(name, runs)[1:]], ""]
+        batches = "/".join(batch_label(b) for b in drain_batches([r["throughput"] for r in runs if "throughput" in r]))
         for phase, title, min_rows in (
-            (
-                "throughput",
-                f"draining a backlog ({records(results.get('drain_batch', OLD_DRAIN_BATCH))} micro-batches)",
-                1000,
-            ),
+            ("throughput", f"draining a backlog ({batches} micro-batches)", 1000),
             ("latency", "at the offered rate (1 s trigger)", 1),
         ):
             files = [Path(r[phase]["progress"]) for r in runs if phase in r]

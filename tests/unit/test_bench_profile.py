@@ -17,6 +17,7 @@ from bench_stream import (
     MemorySampler,
     attempt,
     backlog_hour,
+    batch_label,
     by_role,
     compiles_per_trigger,
     cpu_line,
@@ -27,7 +28,6 @@ from bench_stream import (
     main,
     minute_line,
     process_role,
-    records,
     render_memory,
     spawning,
     summarize_runs,
@@ -233,7 +233,7 @@ def test_the_drain_summary_says_the_micro_batch_size_and_a_bad_size_is_refused(c
     )
     older = summarize_runs("payments", [{"throughput": drain}])  # a result from before the field: 100k
     assert any(line.startswith("  Kafka -> silver while draining (100,000-record micro-batches):") for line in older)
-    assert records(200_000) == "200k-record" and records(12_345) == "12,345-record"  # the profile's titles
+    assert batch_label(200_000) == "200k-record" and batch_label(12_345) == "12,345-record"  # the profile's titles
     for argv, problem in (
         (["--drain-batch", "0"], "--drain-batch must be at least 1"),
         (["--drain-batch", "400000", "--backlog", "1000000"], "--backlog must be at least 1,200,000"),
