@@ -25,6 +25,15 @@ deadline before any event at or after it, and, at the end of what it folds, ever
 watermark has passed. A batch fires them all: the rows a deadline emits after the watermark are not
 kept (see :attr:`tidewater.pipelines.base.KeyedStateMachine.closed_rows_only`).
 
+A key whose state becomes ``None`` is **forgotten**: the stream removes its entry. That is how a
+machine bounds its state: a deadline at which nothing it keeps can matter any more (a card's last
+payment plus the rules' horizon) whose ``on_deadline`` returns ``None``. Such deadlines lie far
+ahead (a day), and a marker per key a day ahead would spread the buffer over a day of slots, so a
+deadline more than :data:`SWEEP_MS` past the watermark gets no marker: each bucket instead keeps a
+timer every :data:`SWEEP_MS` of event time while it holds one, and then reads its keys' states
+(one pass, in batches), fires what is due and buffers markers for what falls due before the next
+pass. Deadlines still fire in the same order and at the same watermark as with markers alone.
+
 So both give the same outputs for the same events. An event that arrives after the watermark passed
 it (late) cannot be folded in order any more: Spark drops it before the processor sees it (and the
 processor drops one older than what it already folded); it stays in silver, and the batch recompute
@@ -67,6 +76,8 @@ BUCKETS = 64
 BUCKET_COLUMN = "_tw_key_bucket"
 # Buffered events are kept in slots of this much event time: a fold reads the slots the watermark reached.
 SLOT_MS = 1_000
+# A deadline further than this past the watermark gets no marker; a pass over the bucket's states finds it.
+SWEEP_MS = 60 * 60 * 1000
 
 _MACHINE_KEY = StructType([StructField("key", StringType())])  # the machine's key, as JSON
 _STATE = StructType([StructField("json", StringType())])
@@ -76,6 +87,7 @@ _ENTRIES = StructType([StructField("json", StringType())])
 _SLOTS = StructType([StructField("json", StringType())])  # the bucket's slots holding entries, JSON
 _FOLDED = StructType([StructField("before_ms", LongType())])
 _TIMER = StructType([StructField("at_ms", LongType())])
+_SWEEP = StructType([StructField("at_ms", LongType())])  # the watermark the bucket's next pass waits for
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
@@ -269,12 +281,15 @@ def _arrow_batch(outputs: Sequence[Output], schema: pa.Schema) -> pa.RecordBatch
 class _Processor(StatefulProcessor):
     """The stream's side of :func:`keyed_state_machine`: buffer, wait for the watermark, fold in order.
 
-    State per bucket of keys: ``states`` (each key's machine state, as JSON, by key), ``pending``
-    (events not yet passed by the watermark, and deadline markers, by time slot), ``slots`` (which
-    slots hold entries), ``folded`` (the watermark of the last fold: an event older than it arrived
-    too late to be folded in order, and is left to the batch correction) and ``timer`` (the bucket's
-    one timer). Rows in, rows out (``transformWithState``). Each state call is a round trip to the
-    JVM; an absent value is asked about (``exists``, ``containsKey``), never read (see :func:`_value`)."""
+    State per bucket of keys: ``states`` (each key's machine state, as JSON, by key; a ``None``
+    state is no entry), ``pending`` (events not yet passed by the watermark, and deadline markers, by
+    time slot), ``slots`` (which slots hold entries), ``folded`` (the watermark of the last fold: an
+    event older than it arrived too late to be folded in order, and is left to the batch correction),
+    ``timer`` (the bucket's one timer) and ``sweep`` (the watermark after which the bucket's states
+    are read for deadlines that got no marker; none while no state has one). A state whose deadline
+    is not past ``sweep`` has a marker. Rows in, rows out (``transformWithState``). Each state call
+    is a round trip to the JVM; an absent value is asked about (``exists``, ``containsKey``), never
+    read (see :func:`_value`)."""
 
     def __init__(self, machine: KeyedMachine, key: str) -> None:
         self.machine = machine
@@ -291,6 +306,8 @@ class _Processor(StatefulProcessor):
         self.slots = handle.getValueState("slots", _SLOTS)
         self.folded = handle.getValueState("folded", _FOLDED)
         self.timer = handle.getValueState("timer", _TIMER)
+        # Added after the first checkpoints: a new state variable resumes an old checkpoint (a changed one does not).
+        self.sweep = handle.getValueState("sweep", _SWEEP)
 
     def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: TimerValues) -> Iterator[Row]:
         before = _value(self.folded)
@@ -331,6 +348,12 @@ class _Processor(StatefulProcessor):
                 slots.discard(slot)
         outputs: list[Output] = []
         markers: list[list[Any]] = []
+        sweep = _value(self.sweep)
+        sweeping = sweep is not None and sweep < watermark
+        # Deadlines up to here get a marker; a later one waits for the bucket's next pass.
+        reach = sweep if sweep is not None and not sweeping else watermark + SWEEP_MS
+        unmarked = False
+        folded: set[str] = set()
         for machine_key, events in due.items():
             # containsKey first: Spark's state server logs a warning for every read of an absent entry.
             saved = self.states.getValue((machine_key,)) if self.states.containsKey((machine_key,)) else None
@@ -339,22 +362,78 @@ class _Processor(StatefulProcessor):
             if not events and (before is None or before >= watermark):
                 continue  # a marker of a deadline that has moved on since
             state, produced = fold(self.machine, state, events, until_ms=watermark)
-            self.states.updateValue((machine_key,), (json.dumps(state),))
+            self._save(machine_key, state, saved is not None)
             outputs += produced
+            folded.add(machine_key)
             deadline = _deadline(self.machine, state)
-            if deadline is not None and (deadline != before or before < watermark):
+            if deadline is None:
+                continue
+            if deadline == before and before >= watermark and (sweep is None or before <= sweep):
+                continue  # its marker is still buffered
+            if deadline <= reach:
                 markers.append([deadline, "", machine_key, None])
+            else:
+                unmarked = True
+        if sweep is not None and sweeping:
+            unmarked = self._pass(watermark, sweep, reach, folded, outputs, markers) or unmarked
         if due:
             self.folded.update((watermark,))
         if markers:
             self._buffer(markers, slots)
             wake.append(min(marker[0] for marker in markers))
         self.slots.update((json.dumps(sorted(slots)),))
+        if unmarked and (sweep is None or sweeping):
+            self.sweep.update((reach,))
+        elif sweeping:
+            self.sweep.clear()
+        if unmarked or (sweep is not None and not sweeping):
+            wake.append(reach)
         if wake:  # the timer that fired is gone (Spark deletes it after this call): none to delete
             self._wake_after(min(wake), None)
         else:
             self.timer.clear()
         return iter([self._row(o) for o in outputs])
+
+    def _pass(
+        self,
+        watermark: int,
+        swept_to: int,
+        reach: int,
+        folded: set[str],
+        outputs: list[Output],
+        markers: list[list[Any]],
+    ) -> bool:
+        """Read every state of the bucket once: fire the deadlines the watermark has passed, and mark
+        those due by ``reach`` that have no marker yet (one up to ``swept_to`` has one). Keys just
+        folded (``folded``) are skipped: their deadlines were weighed against ``reach`` already.
+        Whether a state still waits for a later pass."""
+        unmarked = False
+        for (machine_key,), (saved,) in list(self.states.iterator()):
+            if machine_key in folded:
+                continue
+            state = json.loads(saved)
+            deadline = _deadline(self.machine, state)
+            if deadline is None or watermark <= deadline <= swept_to:
+                continue  # none, or its marker is buffered
+            if deadline < watermark:  # it fell due between two passes, with no marker
+                state, produced = fold(self.machine, state, [], until_ms=watermark)
+                self._save(machine_key, state, True)
+                outputs += produced
+                deadline = _deadline(self.machine, state)
+                if deadline is None:
+                    continue
+            if deadline <= reach:
+                markers.append([deadline, "", machine_key, None])
+            else:
+                unmarked = True
+        return unmarked
+
+    def _save(self, machine_key: str, state: Any, existed: bool) -> None:
+        """A key's state after a fold; a key whose state is None is forgotten."""
+        if state is not None:
+            self.states.updateValue((machine_key,), (json.dumps(state),))
+        elif existed:
+            self.states.removeKey((machine_key,))
 
     def _slots(self) -> set[int]:
         saved = _value(self.slots)

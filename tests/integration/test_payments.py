@@ -310,3 +310,46 @@ def test_the_state_and_its_size_are_in_the_streams_health(lake):
     progress = json.loads((lake["layout"].progress_dir() / f"{GOLD_QUERY}.json").read_text())
     assert progress["state_rows"] > 0
     assert max(progress["state_memory_bytes"], progress["state_files_bytes"]) > 0
+
+
+def _payment_record(payment_id: str, card: str, paid_at: int) -> GeneratedRecord:
+    value = {
+        "payment_id": payment_id,
+        "paid_at": dt.datetime.fromtimestamp(paid_at / 1000, dt.UTC).isoformat().replace("+00:00", "Z"),
+        "card_id": card,
+        "merchant_id": "m-1",
+        "amount": 20.0,
+        "currency": "EUR",
+        "country": "DE",
+    }
+    return GeneratedRecord(
+        key=card.encode(),
+        value=json.dumps(value).encode(),
+        timestamp_ms=paid_at,
+        kind="valid",
+        event_id=payment_id,
+        producer_id="test",
+        seq_no=-1,
+        event_time_ms=paid_at,
+    )
+
+
+def test_a_card_quiet_for_a_day_is_forgotten_by_the_stream(lake, spark):
+    """The stream keeps the state of the cards of the last day only (``fraud.forget_at``): once event
+    time is a day past every card's last payment, their entries are gone. Each bucket finds them in a
+    pass over its states (their deadlines lay too far ahead for a marker): real Spark's map state
+    iterator and removal. Last in the module: it moves event time on by a day."""
+    settings, layout = lake["settings"], lake["layout"]
+    checkpoint = str(layout.checkpoint(GOLD_QUERY))
+    _ = spark.streams  # the state reader needs the session's state store coordinator
+    assert len(stream_states(spark, checkpoint)) > 10
+    later = final_watermark_ms(layout, GOLD_QUERY) + 26 * 3_600_000
+    new = [
+        _payment_record("day-after-1", "c-day-after", later),
+        _payment_record("day-after-2", "c-day-after", later + 60_000),
+    ]
+    send(settings, settings.topic(PAYMENTS.source().topic), new)
+    run_stream(spark, settings, "payments")
+    assert final_watermark_ms(layout, GOLD_QUERY) == later + 60_000 - WATERMARK_MS
+    first = {**valid_payments(new)["day-after-1"]}
+    assert stream_states(spark, checkpoint) == {"c-day-after": fold(FRAUD_RULES, None, [first])[0]}

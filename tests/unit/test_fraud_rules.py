@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 
 from tidewater.keyed_state import fold
 from tidewater.pipelines.payments import FRAUD_RULES, fraud
@@ -135,3 +136,17 @@ def test_the_bisecting_rules_raise_what_the_plain_definition_does() -> None:
             assert [(a["payment_id"], a["rule"]) for a in raised] == expected, (trial, i)
             assert state == spec
             assert json.dumps(previous) == before  # the state passed in is left as it was
+
+
+def test_a_card_quiet_for_the_horizon_is_forgotten_and_its_alerts_do_not_change():
+    """Why the stream may drop a card's state a horizon after its last payment (``fraud.forget_at``)."""
+    remembering = replace(FRAUD_RULES, deadline=None, on_deadline=None)
+    events = random_history(5, n=300)
+    spread = [{**e, "paid_at": e["paid_at"] + (i // 40) * 2 * fraud.HORIZON_MS} for i, e in enumerate(events)]
+    state, forgetful = fold(FRAUD_RULES, None, spread)
+    assert forgetful == fold(remembering, None, spread)[1] and forgetful
+    last = max(e["paid_at"] for e in spread)
+    assert (
+        fold(FRAUD_RULES, state, [], until_ms=last + fraud.HORIZON_MS)[0] == state
+    )  # not yet: the deadline is not passed
+    assert fold(FRAUD_RULES, state, [], until_ms=last + fraud.HORIZON_MS + 1)[0] is None

@@ -11,14 +11,18 @@ this one covers many arrival orders, deadlines that move, and keys sharing a buc
 from __future__ import annotations
 
 import datetime as dt
+import json
 import random
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from pyspark.sql import Row
+from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
-from tidewater.keyed_state import BUCKET_COLUMN, KeyedMachine, _Processor, fold
+from tidewater.keyed_state import BUCKET_COLUMN, SWEEP_MS, KeyedMachine, _Processor, fold
+from tidewater.pipelines.payments import FRAUD_RULES
+from tidewater.pipelines.payments.fraud import HORIZON_MS
 from tidewater.pipelines.vending import machines
 
 T0 = 1_795_255_200_000  # 2026-11-21T10:00:00Z
@@ -59,6 +63,10 @@ class _Map:
     def removeKey(self, key: tuple) -> None:
         del self.entries[tuple(key)]
 
+    def iterator(self) -> Iterator[tuple[tuple, tuple]]:
+        self.passes = getattr(self, "passes", 0) + 1
+        return iter(list(self.entries.items()))
+
 
 class _Bucket:
     """One grouping key's state variables and timers, as the processor's handle sees them."""
@@ -89,9 +97,18 @@ class _Watermark:
         return self.watermark
 
 
-def run_stream(machine: KeyedMachine, key: str, batches: list[list[dict]], delay_ms: int) -> tuple[list[dict], int]:
-    """The processor over ``batches`` of events: (every output, the final watermark)."""
-    buckets: dict[int, tuple[_Processor, _Bucket]] = {}
+def run_stream(
+    machine: KeyedMachine,
+    key: str,
+    batches: list[list[dict]],
+    delay_ms: int,
+    *,
+    buckets: dict[int, tuple[_Processor, _Bucket]] | None = None,
+    watermarks: list[int] | None = None,
+) -> tuple[list[dict], int]:
+    """The processor over ``batches`` of events: (every output, the final watermark). ``buckets``
+    receives each bucket's processor and state; ``watermarks``, the watermark each output came out at."""
+    buckets = {} if buckets is None else buckets
     watermark, seen, outputs = 0, None, []
     for batch in batches:
         late = watermark  # Spark drops rows behind the previous batch's watermark
@@ -110,6 +127,8 @@ def run_stream(machine: KeyedMachine, key: str, batches: list[list[dict]], delay
             for at in sorted(t for t in handle.timers if t <= watermark):
                 fired = processor.handleExpiredTimer((bucket,), _Watermark(watermark), at)  # type: ignore[arg-type]
                 outputs += [_plain(r, machine) for r in fired]
+                if watermarks is not None:
+                    watermarks += [watermark] * (len(outputs) - len(watermarks))
                 handle.timers.discard(at)  # Spark deletes the timer that fired after the call
     return outputs, watermark
 
@@ -207,3 +226,109 @@ def test_a_deadline_fires_without_any_later_event_of_its_key():
     assert sorted(map(_key, streamed)) == sorted(
         map(_key, expected(machines.SILENCE, "machine_id", [*quiet, *later], watermark))
     )
+
+
+HOUR = 60 * MIN
+
+
+def _closes_after(quiet_ms: int) -> KeyedMachine:
+    """A session per key that closes (one row) ``quiet_ms`` after its last event: a deadline far past
+    the watermark when ``quiet_ms`` exceeds :data:`SWEEP_MS`, which only the bucket's pass can mark."""
+
+    def step(state: dict | None, event: dict) -> tuple[dict, list[dict]]:
+        return {"id": event["machine_id"], "last": event["at"], "n": (state or {}).get("n", 0) + 1}, []
+
+    def close(state: dict, at: int) -> tuple[None, list[dict]]:
+        return None, [{"machine_id": state["id"], "closed_at": at, "events": state["n"]}]
+
+    return KeyedMachine(
+        step=step,
+        event_columns=("machine_id", "at", "event_id"),
+        time_column="at",
+        order_column="event_id",
+        output_schema=StructType(
+            [
+                StructField("machine_id", StringType()),
+                StructField("closed_at", TimestampType()),
+                StructField("events", LongType()),
+            ]
+        ),
+        deadline=lambda state: None if state is None else state["last"] + quiet_ms,
+        on_deadline=close,
+    )
+
+
+def _spread(rng: random.Random, hours: int, keys: int) -> list[dict]:
+    """Readings over ``hours``: one to three every 1-10 minutes, each of one of ``keys`` machines at
+    random, so one machine's readings are sometimes hours apart."""
+    at, events = T0, []
+    for _ in range(hours * 12):
+        at += rng.randint(1, 10) * MIN
+        for _ in range(rng.randint(1, 3)):
+            events.append({"machine_id": f"vm-{rng.randrange(keys)}", "at": at, "event_id": f"e:{len(events)}"})
+    return events
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_deadline_beyond_the_sweep_fires_as_soon_as_the_watermark_passes_it(seed):
+    machine = _closes_after(3 * HOUR)
+    rng = random.Random(seed)
+    events = _spread(rng, hours=14, keys=20)
+    buckets: dict = {}
+    at: list[int] = []
+    streamed, watermark = run_stream(
+        machine, "machine_id", list(arrivals(events, rng, 60)), delay_ms=MIN, buckets=buckets, watermarks=at
+    )
+    want = expected(machine, "machine_id", events, watermark)
+    assert sorted(map(_key, streamed)) == sorted(map(_key, want)) and want
+    # On time: in the first batch whose watermark passed it, as a marker would have fired it.
+    previous = sorted({0, *at})
+    for row, fired_at in zip(streamed, at, strict=True):
+        earlier = [w for w in previous if w < fired_at]
+        assert row["closed_at"] < fired_at and (not earlier or row["closed_at"] >= max(earlier))
+    # The deadlines three hours ahead got no marker when folded: the buffer spans the sweep, not three hours.
+    assert sum(handle.maps["states"].passes for _, handle in buckets.values() if "states" in handle.maps) > 0
+    for _, handle in buckets.values():
+        held = [slot for slot in handle.maps["pending"].entries]
+        assert all(slot[0] * 1000 <= watermark + SWEEP_MS for slot in held)
+
+
+def test_a_forgotten_key_leaves_no_state_and_the_fold_gives_the_same_rows():
+    machine = _closes_after(3 * HOUR)
+    rng = random.Random(7)
+    events = _spread(rng, hours=20, keys=30)
+    buckets: dict = {}
+    streamed, watermark = run_stream(machine, "machine_id", list(arrivals(events, rng, 80)), 0, buckets=buckets)
+    held = {key for _, handle in buckets.values() for (key,) in handle.maps["states"].entries}
+    last: dict[str, int] = {}
+    for event in events:
+        if event["at"] < watermark:
+            last[json.dumps(event["machine_id"])] = event["at"]
+    assert held == {key for key, at in last.items() if at + 3 * HOUR >= watermark}
+    assert len(held) < len(last)
+    assert sorted(map(_key, streamed)) == sorted(map(_key, expected(machine, "machine_id", events, watermark)))
+
+
+def test_payments_forget_a_card_a_horizon_after_its_last_payment_and_raise_the_same_alerts():
+    rng = random.Random(11)
+    at, events = T0, []
+    for i in range(900):  # ~9 days; each half day's payments come from 3 cards, most not seen again
+        at += rng.choice([1, 2, 30, 90, 600]) * MIN // 10
+        events.append(
+            {
+                "payment_id": f"p-{i:05d}",
+                "card_id": f"c-{rng.choice([i // 50, i // 50, i // 150])}-{rng.randrange(3)}",
+                "paid_at": at,
+                "amount": rng.uniform(5, 50) * (30 if rng.random() < 0.05 else 1),
+                "currency": "EUR",
+                "country": rng.choice("AB"),
+                "merchant_id": "m-1",
+            }
+        )
+    buckets: dict = {}
+    streamed, watermark = run_stream(FRAUD_RULES, "card_id", list(arrivals(events, rng, 120)), 10_000, buckets=buckets)
+    want = expected(FRAUD_RULES, "card_id", events, watermark)
+    assert sorted(map(_key, streamed)) == sorted(map(_key, want)) and want
+    held = {key for _, handle in buckets.values() for (key,) in handle.maps["states"].entries}
+    last = {json.dumps(e["card_id"]): e["paid_at"] for e in events if e["paid_at"] < watermark}
+    assert held == {card for card, paid in last.items() if paid + HORIZON_MS >= watermark} and len(held) < len(last)

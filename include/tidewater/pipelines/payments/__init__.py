@@ -56,6 +56,9 @@ FRAUD_RULES = KeyedMachine(
     time_column="paid_at",
     order_column="payment_id",
     output_schema=fraud.ALERT_SCHEMA,
+    # A card gone quiet for the horizon is forgotten: the stream keeps the last day's cards, not every card.
+    deadline=fraud.forget_at,
+    on_deadline=fraud.forget,
 )
 
 

@@ -15,7 +15,10 @@ Rules (each alert belongs to the payment that raises it):
 
 The state is the card's payments of the last ``HORIZON`` (the longest rule window), oldest first:
 nothing older can change an alert, so the state is evicted as time moves on and a batch recompute
-needs silver from ``HORIZON`` before the interval it rebuilds, no more.
+needs silver from ``HORIZON`` before the interval it rebuilds, no more. A card that stops paying is
+forgotten ``HORIZON`` after its last payment (:func:`forget_at`): its next payment would have evicted
+everything anyway, so the alerts are the same, and the stream holds state for the cards of the last
+``HORIZON`` only, not for every card it ever saw.
 """
 
 from __future__ import annotations
@@ -100,6 +103,17 @@ def step(state: State | None, payment: Payment) -> tuple[State, list[dict[str, A
 
     insort(recent, [now, float(payment["amount"]), payment["country"]], key=_time)
     return {"recent": recent}, [_alert(payment, rule, detail) for rule, detail in alerts]
+
+
+def forget_at(state: State | None) -> int | None:
+    """When the card's state can no longer change an alert: ``HORIZON`` after its last payment."""
+    recent = (state or {}).get("recent")
+    return recent[-1][0] + HORIZON_MS if recent else None
+
+
+def forget(state: State, at: int) -> tuple[None, list[dict[str, Any]]]:
+    """The card's state once :func:`forget_at` has passed: none (every payment it held is out of every window)."""
+    return None, []
 
 
 def _time(entry: list[Any]) -> int:
