@@ -29,10 +29,10 @@ A key whose state becomes ``None`` is **forgotten**: the stream removes its entr
 machine bounds its state: a deadline at which nothing it keeps can matter any more (a card's last
 payment plus the rules' horizon) whose ``on_deadline`` returns ``None``. Such deadlines lie far
 ahead (a day), and a marker per key a day ahead would spread the buffer over a day of slots, so a
-deadline more than :data:`SWEEP_MS` past the watermark gets no marker: each bucket instead keeps a
-timer every :data:`SWEEP_MS` of event time while it holds one, and then reads its keys' states
-(one pass, in batches), fires what is due and buffers markers for what falls due before the next
-pass. Deadlines still fire in the same order and at the same watermark as with markers alone.
+deadline more than :data:`SWEEP_MS` past the watermark may get no marker: each bucket instead keeps
+a timer every :data:`SWEEP_MS` of event time while it holds one (each bucket at its own phase), and
+then reads its keys' states (one pass, in batches), fires what is due and buffers markers for what
+falls due before its next pass. Deadlines still fire in the same order and at the same watermark as with markers alone.
 
 So both give the same outputs for the same events. An event that arrives after the watermark passed
 it (late) cannot be folded in order any more: Spark drops it before the processor sees it (and the
@@ -76,7 +76,7 @@ BUCKETS = 64
 BUCKET_COLUMN = "_tw_key_bucket"
 # Buffered events are kept in slots of this much event time: a fold reads the slots the watermark reached.
 SLOT_MS = 1_000
-# A deadline further than this past the watermark gets no marker; a pass over the bucket's states finds it.
+# A deadline up to this past the watermark gets a marker; a later one may be left to a pass over the states.
 SWEEP_MS = 60 * 60 * 1000
 
 _MACHINE_KEY = StructType([StructField("key", StringType())])  # the machine's key, as JSON
@@ -351,7 +351,7 @@ class _Processor(StatefulProcessor):
         sweep = _value(self.sweep)
         sweeping = sweep is not None and sweep < watermark
         # Deadlines up to here get a marker; a later one waits for the bucket's next pass.
-        reach = sweep if sweep is not None and not sweeping else watermark + SWEEP_MS
+        reach = sweep if sweep is not None and not sweeping else _next_pass(watermark, key[0])
         unmarked = False
         folded: set[str] = set()
         for machine_key, events in due.items():
@@ -473,6 +473,14 @@ class _Processor(StatefulProcessor):
 
     def close(self) -> None:
         pass
+
+
+def _next_pass(watermark: int, bucket: int) -> int:
+    """When a bucket's next pass over its states is due: at least :data:`SWEEP_MS` past the watermark
+    (a deadline within that always gets its marker), at the bucket's own phase of the hour, so the
+    buckets' passes come one after another instead of all in one micro-batch."""
+    earliest = watermark + SWEEP_MS
+    return earliest + (bucket * SWEEP_MS // BUCKETS - earliest) % SWEEP_MS
 
 
 def _value(state: Any) -> Any:

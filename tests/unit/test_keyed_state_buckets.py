@@ -20,7 +20,7 @@ import pytest
 from pyspark.sql import Row
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
-from tidewater.keyed_state import BUCKET_COLUMN, SWEEP_MS, KeyedMachine, _Processor, fold
+from tidewater.keyed_state import BUCKET_COLUMN, BUCKETS, SWEEP_MS, KeyedMachine, _next_pass, _Processor, fold
 from tidewater.pipelines.payments import FRAUD_RULES
 from tidewater.pipelines.payments.fraud import HORIZON_MS
 from tidewater.pipelines.vending import machines
@@ -286,11 +286,11 @@ def test_a_deadline_beyond_the_sweep_fires_as_soon_as_the_watermark_passes_it(se
     for row, fired_at in zip(streamed, at, strict=True):
         earlier = [w for w in previous if w < fired_at]
         assert row["closed_at"] < fired_at and (not earlier or row["closed_at"] >= max(earlier))
-    # The deadlines three hours ahead got no marker when folded: the buffer spans the sweep, not three hours.
+    # The deadlines three hours ahead got no marker when folded: the buffer reaches two passes ahead at most.
     assert sum(handle.maps["states"].passes for _, handle in buckets.values() if "states" in handle.maps) > 0
     for _, handle in buckets.values():
         held = [slot for slot in handle.maps["pending"].entries]
-        assert all(slot[0] * 1000 <= watermark + SWEEP_MS for slot in held)
+        assert all(slot[0] * 1000 < watermark + 2 * SWEEP_MS for slot in held)
 
 
 def test_a_forgotten_key_leaves_no_state_and_the_fold_gives_the_same_rows():
@@ -332,3 +332,10 @@ def test_payments_forget_a_card_a_horizon_after_its_last_payment_and_raise_the_s
     held = {key for _, handle in buckets.values() for (key,) in handle.maps["states"].entries}
     last = {json.dumps(e["card_id"]): e["paid_at"] for e in events if e["paid_at"] < watermark}
     assert held == {card for card, paid in last.items() if paid + HORIZON_MS >= watermark} and len(held) < len(last)
+
+
+def test_each_bucket_passes_over_its_states_at_its_own_phase_at_least_a_sweep_ahead():
+    for watermark in (T0, T0 + 17, T0 + 5 * HOUR + 59 * MIN):
+        passes = [_next_pass(watermark, bucket) for bucket in range(BUCKETS)]
+        assert all(watermark + SWEEP_MS <= at < watermark + 2 * SWEEP_MS for at in passes)
+        assert len({at % SWEEP_MS for at in passes}) == BUCKETS  # spread over the hour, one bucket at a time
