@@ -105,9 +105,11 @@ def run_stream(
     *,
     buckets: dict[int, tuple[_Processor, _Bucket]] | None = None,
     watermarks: list[int] | None = None,
+    batch_watermarks: list[int] | None = None,
 ) -> tuple[list[dict], int]:
     """The processor over ``batches`` of events: (every output, the final watermark). ``buckets``
-    receives each bucket's processor and state; ``watermarks``, the watermark each output came out at."""
+    receives each bucket's processor and state; ``watermarks``, the watermark each output came out at;
+    ``batch_watermarks``, each batch's."""
     buckets = {} if buckets is None else buckets
     watermark, seen, outputs = 0, None, []
     for batch in batches:
@@ -123,6 +125,8 @@ def run_stream(
             processor, handle = _bucket(buckets, bucket, machine, key)
             assert list(processor.handleInputRows((bucket,), iter(bucket_rows), _Watermark(late))) == []
         watermark = max(watermark, (seen or 0) - delay_ms)
+        if batch_watermarks is not None:
+            batch_watermarks.append(watermark)
         for bucket, (processor, handle) in sorted(buckets.items()):
             for at in sorted(t for t in handle.timers if t <= watermark):
                 fired = processor.handleExpiredTimer((bucket,), _Watermark(watermark), at)  # type: ignore[arg-type]
@@ -276,15 +280,21 @@ def test_a_deadline_beyond_the_sweep_fires_as_soon_as_the_watermark_passes_it(se
     events = _spread(rng, hours=14, keys=20)
     buckets: dict = {}
     at: list[int] = []
+    moved: list[int] = []
     streamed, watermark = run_stream(
-        machine, "machine_id", list(arrivals(events, rng, 60)), delay_ms=MIN, buckets=buckets, watermarks=at
+        machine,
+        "machine_id",
+        list(arrivals(events, rng, 60)),
+        delay_ms=MIN,
+        buckets=buckets,
+        watermarks=at,
+        batch_watermarks=moved,
     )
     want = expected(machine, "machine_id", events, watermark)
     assert sorted(map(_key, streamed)) == sorted(map(_key, want)) and want
     # On time: in the first batch whose watermark passed it, as a marker would have fired it.
-    previous = sorted({0, *at})
     for row, fired_at in zip(streamed, at, strict=True):
-        earlier = [w for w in previous if w < fired_at]
+        earlier = [w for w in moved if w < fired_at]
         assert row["closed_at"] < fired_at and (not earlier or row["closed_at"] >= max(earlier))
     # The deadlines three hours ahead got no marker when folded: the buffer reaches two passes ahead at most.
     assert sum(handle.maps["states"].passes for _, handle in buckets.values() if "states" in handle.maps) > 0
