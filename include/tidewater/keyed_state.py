@@ -32,7 +32,8 @@ ahead (a day), and a marker per key a day ahead would spread the buffer over a d
 deadline more than :data:`SWEEP_MS` past the watermark may get no marker: each bucket instead keeps
 a timer every :data:`SWEEP_MS` of event time while it holds one (each bucket at its own phase), and
 then reads its keys' states (one pass, in batches), fires what is due and buffers markers for what
-falls due before its next pass. Deadlines still fire in the same order and at the same watermark as with markers alone.
+falls due before its next pass. Deadlines still fire in the same order, and in the same micro-batch,
+as with markers alone.
 
 So both give the same outputs for the same events. An event that arrives after the watermark passed
 it (late) cannot be folded in order any more: Spark drops it before the processor sees it (and the
