@@ -413,6 +413,11 @@ def measure_throughput(
                 raise SystemExit(f"streaming job died: see {log_path}")
             rows = processed_rows(settings, pipeline)
             samples.append((time.monotonic(), rows))
+            # The CPU of the same stretch the rate is measured over (drain_rate: 20% to 90% of the backlog).
+            if sampler.cpu.start is None and rows >= DRAIN_MEASURED[0] * records:
+                sampler.cpu.start = time.time()
+            if sampler.cpu.end is None and rows >= DRAIN_MEASURED[1] * records:
+                sampler.cpu.end = time.time()
             if rows >= records:
                 break
             time.sleep(0.5)
@@ -422,6 +427,8 @@ def measure_throughput(
     progress = PipelineLayout.of(settings, pipeline).progress_dir() / "progress.jsonl"
     return {
         "events_per_s": drain_rate(samples, records),
+        "cpu_by_role": sampler.cpu.by_role(),
+        "cpu_seconds": sampler.cpu.seconds(),
         "peak_rss_gb": sampler.peak / 2**30,
         "peak_pss_gb": sampler.peak_pss / 2**30,
         "peak_pss_by_role": sampler.peak_roles,
@@ -513,10 +520,14 @@ def measure_batch_job(
     return figures
 
 
+# The stretch of a drain its rate (and its CPU) is measured over, as fractions of the backlog.
+DRAIN_MEASURED = (0.2, 0.9)
+
+
 def drain_rate(samples: list[tuple[float, int]], total: int) -> float:
     """Rows per second between 20% and 90% of ``total`` (start-up and the last batch not counted)."""
-    lo = next((t, r) for t, r in samples if r >= 0.2 * total)
-    hi = next(((t, r) for t, r in samples if r >= 0.9 * total), samples[-1])
+    lo = next((t, r) for t, r in samples if r >= DRAIN_MEASURED[0] * total)
+    hi = next(((t, r) for t, r in samples if r >= DRAIN_MEASURED[1] * total), samples[-1])
     return (hi[1] - lo[1]) / max(hi[0] - lo[0], 1e-9)
 
 
@@ -751,6 +762,7 @@ def summarize_runs(pipeline: str, runs: list[dict[str, Any]]) -> list[str]:
             + _executors([t["executor_peak_rss_gb"] for t in throughput])
         )
         lines += broker_line(throughput, "over the drain (the backlog's preload included)")
+        lines += cpu_line(throughput, "between 20% and 90% of the drain")
     if recompute:
         lines.append(
             f"  batch recompute of the backlog's hour (silver and gold from bronze): "
@@ -786,7 +798,7 @@ def summarize_runs(pipeline: str, runs: list[dict[str, Any]]) -> list[str]:
                 f" (target {TARGETS['gold_p95_s']})"
             )
         lines += broker_line(latency, "over the latency run (start-up included)")
-        lines += cpu_line(latency)
+        lines += cpu_line(latency, "over the measured seconds at that rate")
         compiles = [x["compiles_per_trigger"] for x in latency if x.get("compiles_per_trigger") is not None]
         if compiles:
             lines.append(f"  Spark code compiled at that rate: {spread(compiles, ' classes per trigger', 2)}")
@@ -816,11 +828,12 @@ def minute_line(latency: list[dict[str, Any]]) -> str:
     return "  PSS peak in each minute of the job at that rate: " + ", ".join(f"{p:.2f}" for p in peaks) + " GB"
 
 
-def cpu_line(latency: list[dict[str, Any]]) -> list[str]:
-    """Where the CPU went at the offered rate: each role's share of a core over the measured seconds,
-    the median over runs, the busiest first (total: of the machine's cores together)."""
+def cpu_line(measures: list[dict[str, Any]], when: str) -> list[str]:
+    """Where the CPU went ``when`` (a drain's measured stretch, the offered rate's measured seconds):
+    each role's share of a core, the median over runs, the busiest first (total: of the machine's
+    cores together). Results written before a measure recorded its CPU give no line."""
     shares: dict[str, list[float]] = {}
-    for x in latency:
+    for x in measures:
         window = x.get("cpu_seconds") or 0.0
         for role, (_, used) in (x.get("cpu_by_role") or {}).items() if window else ():
             shares.setdefault(role, []).append(100 * used / window)
@@ -829,7 +842,7 @@ def cpu_line(latency: list[dict[str, Any]]) -> list[str]:
     medians = sorted(((statistics.median(v), role) for role, v in shares.items()), reverse=True)
     total = sum(share for share, _ in medians)
     parts = ", ".join(f"{role} {share:.0f}%" for share, role in medians if share >= 0.5)
-    return [f"  CPU over the measured seconds at that rate, % of a core (median): {total:.0f}% in all; {parts}"]
+    return [f"  CPU {when}, % of a core (median): {total:.0f}% in all; {parts}"]
 
 
 def broker_line(measures: list[dict[str, Any]], when: str) -> list[str]:

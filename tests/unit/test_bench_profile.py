@@ -199,9 +199,27 @@ def test_the_cpu_window_counts_each_role_from_its_start_and_a_process_born_insid
     assert window.by_role() == {"JVM": [1, 4.0], "task worker": [2, 1.5]}
     assert window.seconds() == 4.5
     latency = {"cpu_by_role": window.by_role(), "cpu_seconds": window.seconds()}
-    assert cpu_line([latency]) == [
+    assert cpu_line([latency], "over the measured seconds at that rate") == [
         "  CPU over the measured seconds at that rate, % of a core (median): 122% in all; JVM 89%, task worker 33%"
     ]
+
+
+def test_a_drain_says_where_its_cpu_went_and_an_older_result_says_nothing() -> None:
+    """The drain's CPU is of the stretch its rate is measured over; results from before it have no line."""
+    window = CpuWindow()
+    window.start, window.end = 100.0, 111.0
+    window.sample(99.0, {1: ("JVM", 50.0), 2: ("Python driver", 5.0)})
+    window.sample(100.5, {1: ("JVM", 50.5), 2: ("Python driver", 5.2)})
+    window.sample(110.5, {1: ("JVM", 66.5), 2: ("Python driver", 9.2)})
+    drained = {"events_per_s": 30_000.0, "peak_rss_gb": 2.5, "peak_pss_gb": 2.1, "executor_peak_rss_gb": 0.0}
+    drained |= {"cpu_by_role": window.by_role(), "cpu_seconds": window.seconds(), "drain_batch": 200_000}
+    lines = summarize_runs("rsvps", [{"throughput": drained}])
+    assert (
+        "  CPU between 20% and 90% of the drain, % of a core (median): 200% in all; JVM 160%, Python driver 40%"
+        in lines
+    )
+    older = {k: v for k, v in drained.items() if not k.startswith("cpu")}
+    assert not [line for line in summarize_runs("rsvps", [{"throughput": older}]) if "CPU" in line]
 
 
 def test_a_process_keeps_its_role_when_its_command_line_is_gone() -> None:
