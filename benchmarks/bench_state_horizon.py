@@ -36,6 +36,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pyspark.sql.pandas.types import to_arrow_schema
 
 from tidewater.config import Settings
 from tidewater.keyed_state import keyed_state_machine, stream_states
@@ -65,13 +66,9 @@ def write_hours(folder: Path, *, hours: int, per_hour: int, new_cards: int, seed
                 }
             )
         pq.write_table(
-            pa.Table.from_pylist(rows, schema=pa.schema(_arrow_fields())), folder / f"hour-{hour:04d}.parquet"
+            pa.Table.from_pylist(rows, schema=to_arrow_schema(PAYLOAD, timezone="UTC")),
+            folder / f"hour-{hour:04d}.parquet",
         )
-
-
-def _arrow_fields() -> list[pa.Field]:
-    types = {"paid_at": pa.timestamp("us", tz="UTC"), "amount": pa.float64()}
-    return [pa.field(name, types.get(name, pa.string())) for name in PAYLOAD.fieldNames()]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -762,7 +762,7 @@ def summarize_runs(pipeline: str, runs: list[dict[str, Any]]) -> list[str]:
             + _executors([t["executor_peak_rss_gb"] for t in throughput])
         )
         lines += broker_line(throughput, "over the drain (the backlog's preload included)")
-        lines += cpu_line(throughput, "between 20% and 90% of the drain")
+        lines += cpu_line(throughput, f"between {DRAIN_MEASURED[0]:.0%} and {DRAIN_MEASURED[1]:.0%} of the drain")
     if recompute:
         lines.append(
             f"  batch recompute of the backlog's hour (silver and gold from bronze): "

@@ -383,12 +383,15 @@ class _Processor(StatefulProcessor):
             self._buffer(markers, slots)
             wake.append(min(marker[0] for marker in markers))
         self.slots.update((json.dumps(sorted(slots)),))
-        if unmarked and (sweep is None or sweeping):
-            self.sweep.update((reach,))
-        elif sweeping:
-            self.sweep.clear()
-        if unmarked or (sweep is not None and not sweeping):
-            wake.append(reach)
+        # The next pass: at reach while a state waits for one (a pending pass not yet due keeps its time).
+        next_pass = reach if unmarked or (sweep is not None and not sweeping) else None
+        if next_pass is None:
+            if sweep is not None:
+                self.sweep.clear()
+        else:
+            if next_pass != sweep:
+                self.sweep.update((next_pass,))
+            wake.append(next_pass)
         if wake:  # the timer that fired is gone (Spark deletes it after this call): none to delete
             self._wake_after(min(wake), None)
         else:

@@ -50,6 +50,7 @@ class _Value:
 class _Map:
     def __init__(self) -> None:
         self.entries: dict[tuple, tuple] = {}
+        self.passes = 0  # iterator() calls: the processor's passes over its states
 
     def containsKey(self, key: tuple) -> bool:
         return tuple(key) in self.entries
@@ -64,7 +65,7 @@ class _Map:
         del self.entries[tuple(key)]
 
     def iterator(self) -> Iterator[tuple[tuple, tuple]]:
-        self.passes = getattr(self, "passes", 0) + 1
+        self.passes += 1
         return iter(list(self.entries.items()))
 
 
