@@ -63,6 +63,8 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
+from jvm_profile import FlightRecordingError, Window, gc_line, merged, recording_options, render
+from jvm_profile import summarize as summarize_recording
 
 from tidewater.broker import EmbeddedBroker
 from tidewater.config import Settings
@@ -392,11 +394,25 @@ def batch_label(count: int) -> str:
 
 
 def measure_throughput(
-    base: Settings, pipeline: Pipeline, backlog: int, run: int, work: Path, *, drain_batch: int
+    base: Settings,
+    pipeline: Pipeline,
+    backlog: int,
+    run: int,
+    work: Path,
+    *,
+    drain_batch: int,
+    jvm_profile: bool = False,
 ) -> dict[str, Any]:
     """Drain ``backlog`` in micro-batches of ``drain_batch`` records. The rate is the slope between 20%
-    and 90% of the backlog (:func:`drain_rate`): the first batch, on a cold JVM, is not counted."""
+    and 90% of the backlog (:func:`drain_rate`): the first batch, on a cold JVM, is not counted.
+    ``jvm_profile``: record the job's JVM over that same stretch (:mod:`jvm_profile`)."""
     settings = phase_settings(base, pipeline, "throughput", run, work).replace(max_offsets_per_trigger=drain_batch)
+    recording = work / f"{pipeline.name}-drain-{run}.jfr"
+    if jvm_profile:
+        recording.unlink(missing_ok=True)
+        settings = settings.replace(
+            stream_java_options=f"{settings.stream_java_options} {recording_options(recording)}"
+        )
     create_topics(settings, pipeline)
     produce_s, events_from_ms = preload(settings, pipeline, backlog)
     records = produced_records(settings, pipeline)
@@ -425,7 +441,7 @@ def measure_throughput(
         sampler.stopped.set()
         stop_process_group(job, timeout_s=30)
     progress = PipelineLayout.of(settings, pipeline).progress_dir() / "progress.jsonl"
-    return {
+    return (jvm_figures(recording, sampler.cpu) if jvm_profile else {}) | {
         "events_per_s": drain_rate(samples, records),
         "cpu_by_role": sampler.cpu.by_role(),
         "cpu_seconds": sampler.cpu.seconds(),
@@ -439,6 +455,17 @@ def measure_throughput(
         "drain_batch": drain_batch,
         "events_from_ms": events_from_ms,
     }
+
+
+def jvm_figures(recording: Path, cpu: CpuWindow) -> dict[str, Any]:
+    """The drain's flight recording over its measured stretch (``jvm_profile``), or why there is none
+    (``jvm_profile_problem``): never a failed run."""
+    if cpu.start is None:
+        return {"jvm_profile_problem": "the drain did not reach its measured stretch"}
+    try:
+        return {"jvm_profile": summarize_recording(recording, Window(cpu.start, cpu.end or time.time()))}
+    except FlightRecordingError as exc:
+        return {"jvm_profile_problem": str(exc)}
 
 
 def backlog_hour(pipeline: Pipeline, drained: dict[str, Any]) -> list[str]:
@@ -763,6 +790,7 @@ def summarize_runs(pipeline: str, runs: list[dict[str, Any]]) -> list[str]:
         )
         lines += broker_line(throughput, "over the drain (the backlog's preload included)")
         lines += cpu_line(throughput, f"between {DRAIN_MEASURED[0]:.0%} and {DRAIN_MEASURED[1]:.0%} of the drain")
+        lines += jvm_lines(throughput)
     if recompute:
         lines.append(
             f"  batch recompute of the backlog's hour (silver and gold from bronze): "
@@ -843,6 +871,21 @@ def cpu_line(measures: list[dict[str, Any]], when: str) -> list[str]:
     total = sum(share for share, _ in medians)
     parts = ", ".join(f"{role} {share:.0f}%" for share, role in medians if share >= 0.5)
     return [f"  CPU {when}, % of a core (median): {total:.0f}% in all; {parts}"]
+
+
+def jvm_lines(throughput: list[dict[str, Any]]) -> list[str]:
+    """What the drains' flight recordings say (``--jvm-profile``), all runs together; or why there is none."""
+    profiles = [t["jvm_profile"] for t in throughput if t.get("jvm_profile")]
+    lines = [f"  JVM profile left out: {t['jvm_profile_problem']}" for t in throughput if t.get("jvm_profile_problem")]
+    if not profiles:
+        return lines
+    profile = merged(profiles)
+    samples: dict[str, int] = profile["samples"]
+    total = sum(samples.values()) or 1
+    kinds = ", ".join(f"{kind} {count / total:.0%}" for kind, count in samples.items())
+    lines.append(f"  the JVM's CPU samples over the measured drain ({total:,}, JFR): {kinds}")
+    lines.append(f"  the JVM's garbage collection over the measured drain: {gc_line(profile)}")
+    return lines
 
 
 def broker_line(measures: list[dict[str, Any]], when: str) -> list[str]:
@@ -1061,6 +1104,12 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         help="records per micro-batch while draining (default: TIDEWATER_MAX_OFFSETS_PER_TRIGGER, 200,000 unless set)",
     )
+    parser.add_argument(
+        "--jvm-profile",
+        action="store_true",
+        help="record the streaming job's JVM with JDK Flight Recorder over each drain's measured stretch:"
+        " its CPU by kind of work and its garbage collection, in the summary and the --profile report",
+    )
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--skip-latency", action="store_true")
     parser.add_argument(
@@ -1132,7 +1181,14 @@ def main(argv: list[str] | None = None) -> int:
                         flush=True,
                     )
                     measure = partial(
-                        measure_throughput, base, pipeline, args.backlog, run, work, drain_batch=drain_batch
+                        measure_throughput,
+                        base,
+                        pipeline,
+                        args.backlog,
+                        run,
+                        work,
+                        drain_batch=drain_batch,
+                        jvm_profile=args.jvm_profile,
                     )
                     t = attempt(figures, "throughput", measure, broker_pid=broker_pid)
                     if t:
@@ -1241,6 +1297,10 @@ def write_profile(path: Path, results: dict[str, Any], machine: str, where: str)
             roles = [r[phase]["peak_pss_by_role"] for r in runs if r.get(phase, {}).get("peak_pss_by_role")]
             if roles:
                 lines += render_memory(f"memory {title.split(' (')[0]}", roles)
+            recorded = [r[phase]["jvm_profile"] for r in runs if r.get(phase, {}).get("jvm_profile")]
+            if recorded:
+                what = f"the JVM's CPU {title.split(' (')[0]}, by kind of work ({len(recorded)} run(s), JFR samples)"
+                lines += render(what, merged(recorded))
     path.write_text("\n".join(lines) + "\n")
     print(f"profile written to {path}", flush=True)
 

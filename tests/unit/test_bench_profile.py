@@ -222,6 +222,32 @@ def test_a_drain_says_where_its_cpu_went_and_an_older_result_says_nothing() -> N
     assert not [line for line in summarize_runs("rsvps", [{"throughput": older}]) if "CPU" in line]
 
 
+def test_a_drain_with_a_jvm_profile_says_what_the_jvm_did_and_why_a_run_has_none() -> None:
+    """--jvm-profile: every run's samples and collections in two lines; a run it could not record, one line."""
+    drained = {"events_per_s": 30_000.0, "peak_rss_gb": 2.5, "peak_pss_gb": 2.1, "executor_peak_rss_gb": 0.0}
+    recorded = {
+        "samples": {"JSON parse (from_json)": 30, "sort (for sort-based aggregates)": 10},
+        "collections": {"DefNew": [40, 400.0], "SerialOld": [2, 600.0]},
+        "seconds": 5.0,
+    }
+    runs = [
+        {"throughput": drained | {"jvm_profile": recorded}},
+        {"throughput": drained | {"jvm_profile": recorded | {"samples": {"JSON parse (from_json)": 10}}}},
+        {"throughput": drained | {"jvm_profile_problem": "no JVM in the job's process tree to record"}},
+    ]
+    lines = summarize_runs("rsvps", runs)
+    assert "  JVM profile left out: no JVM in the job's process tree to record" in lines
+    assert (
+        "  the JVM's CPU samples over the measured drain (50, JFR): JSON parse (from_json) 80%,"
+        " sort (for sort-based aggregates) 20%" in lines
+    )
+    assert (
+        "  the JVM's garbage collection over the measured drain: DefNew 80 collections, 800 ms;"
+        " SerialOld 4 collections, 1,200 ms: the JVM paused 20% of 10 s" in lines
+    )
+    assert not [line for line in summarize_runs("rsvps", [{"throughput": drained}]) if "JVM" in line]
+
+
 def test_a_process_keeps_its_role_when_its_command_line_is_gone() -> None:
     """A sample that cannot read a process's command line (an exiting one has none) reads it as "other"."""
     known: dict[int, str] = {}
