@@ -316,12 +316,16 @@ class Settings:
     # 2.02 GB, silver p95 1.82 against 1.87 s; ads 2.37 against 2.67 GB; draining within the runs' spread.
     # A heap of several GB pauses longer with it: -XX:+UseParallelGC there.
     # A heap that starts small (the JVM's default is 1/64 of the host's memory, 378 MiB on 24 GB, and it
-    # never shrinks below that), a 32 MiB young generation and free ratios that give memory back after a
-    # full collection: rsvps at 1,000 events/s held 1.47-1.48 GB PSS once running against 1.60-1.62 GB,
-    # draining 2.19-2.23 against 2.35-2.50 GB, but drained ~10% slower (8,369-8,572 against 9,446-9,581
-    # events/s; interleaved runs, README). Without -Xmn32m: half the saving, ~3% slower.
+    # never shrinks below that) and free ratios that give memory back after a full collection: rsvps at
+    # 1,000 events/s held 1.47-1.48 GB PSS once running against 1.60-1.62 GB (README).
+    # A 128 MiB young generation (32 MiB until the twenty-fifth stop). A 200k-record micro-batch's rows
+    # pass through this heap on their way to Python and outlived a 32 MiB one: copied to the old
+    # generation, they filled it, and rsvps' drain ran a full collection every ~0.7 s and stood paused
+    # 35% of the time (JFR: bench --jvm-profile). Draining 2M, 39,391-39,921 against 32,559-33,398
+    # events/s, PSS 2.43-2.46 against 2.32-2.41 GB; pageviews at 2,000 events/s 1.47 GB PSS. Without the
+    # free ratios it drained 43-44k events/s but held 1.53 GB there (README, twenty-fifth stop).
     stream_java_options: str = setting(
-        "-XX:+UseSerialGC -Xms64m -Xmn32m -XX:MinHeapFreeRatio=20 -XX:MaxHeapFreeRatio=40",
+        "-XX:+UseSerialGC -Xms64m -Xmn128m -XX:MinHeapFreeRatio=20 -XX:MaxHeapFreeRatio=40",
         JVM_OPTIONS,
     )
     # JVM options of every Spark JVM a tidewater job starts: each driver (batch, audit, stream; after the
