@@ -408,11 +408,14 @@ def measure_throughput(
     ``jvm_profile``: record the job's JVM over that same stretch (:mod:`jvm_profile`)."""
     settings = phase_settings(base, pipeline, "throughput", run, work).replace(max_offsets_per_trigger=drain_batch)
     recording = work / f"{pipeline.name}-drain-{run}.jfr"
+    unrecorded: str | None = None
     if jvm_profile:
         recording.unlink(missing_ok=True)
-        settings = settings.replace(
-            stream_java_options=f"{settings.stream_java_options} {recording_options(recording)}"
-        )
+        try:
+            options = f"{settings.stream_java_options} {recording_options(recording)}"
+            settings = settings.replace(stream_java_options=options)
+        except FlightRecordingError as exc:
+            unrecorded = str(exc)
     create_topics(settings, pipeline)
     produce_s, events_from_ms = preload(settings, pipeline, backlog)
     records = produced_records(settings, pipeline)
@@ -441,7 +444,8 @@ def measure_throughput(
         sampler.stopped.set()
         stop_process_group(job, timeout_s=30)
     progress = PipelineLayout.of(settings, pipeline).progress_dir() / "progress.jsonl"
-    return (jvm_figures(recording, sampler.cpu) if jvm_profile else {}) | {
+    jvm = {"jvm_profile_problem": unrecorded} if unrecorded else jvm_figures(recording, sampler.cpu)
+    return (jvm if jvm_profile else {}) | {
         "events_per_s": drain_rate(samples, records),
         "cpu_by_role": sampler.cpu.by_role(),
         "cpu_seconds": sampler.cpu.seconds(),
@@ -1108,7 +1112,8 @@ def main(argv: list[str] | None = None) -> int:
         "--jvm-profile",
         action="store_true",
         help="record the streaming job's JVM with JDK Flight Recorder over each drain's measured stretch:"
-        " its CPU by kind of work and its garbage collection, in the summary and the --profile report",
+        " its CPU by kind of work and its garbage collection, in the summary and the --profile report"
+        " (the driver's JVM: with --cluster, not the executors')",
     )
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--skip-latency", action="store_true")
