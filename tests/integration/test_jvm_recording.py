@@ -1,54 +1,60 @@
-"""The bench's JVM profile on a real JVM: a flight recording of the suite's Spark session (started with
-jcmd here; the bench starts the job's JVM with it), read back with the JDK's jfr and grouped by kind of
-work over the stretch that ran the queries."""
+"""The bench's JVM profile on a real JVM, the way the bench records one: a Spark driver started by
+spark-submit with the recording's options, which writes the recording as it exits; read back with the
+JDK's jfr and grouped by kind of work over the stretch that ran the queries.
+
+A JVM of its own (local[1], ~15 s): the recording must start with the JVM, and the suite's shared
+session may run its tasks elsewhere or beside other tests' queries."""
 
 from __future__ import annotations
 
-import shutil
+import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from jvm_profile import FlightRecordingError, Window, summarize
+from jvm_profile import FlightRecordingError, Window, recording_options, summarize
 
-NAME = "tidewater-test"
+# A JSON parse and the maximum of a string (a sort-based aggregate: its buffer is not fixed-width).
+JOB = """
+import sys, time
+from pyspark.sql import SparkSession, functions as F
+spark = SparkSession.builder.appName("jvm-recording-test").getOrCreate()
+venue = (F.col("id") % 997).alias("venue_id")
+name = F.concat(F.lit("venue "), venue).alias("name")
+rows = spark.range(400_000).select(F.to_json(F.struct(venue, name)).alias("value"))
+parsed = rows.select(F.from_json("value", "venue_id long, name string").alias("p")).select("p.*")
+parsed.groupBy("venue_id").agg(F.max("name")).write.format("noop").mode("overwrite").save()  # warm
+started = time.time()
+for _ in range(3):
+    parsed.groupBy("venue_id").agg(F.max("name")).write.format("noop").mode("overwrite").save()
+print("WINDOW", started, time.time(), flush=True)
+spark.stop()
+"""
 
 
-def _jcmd(pid: int, *command: str) -> None:
-    jcmd = shutil.which("jcmd")
-    assert jcmd, "the JDK's jcmd is not on PATH"
-    subprocess.run([jcmd, str(pid), *command], check=True, capture_output=True, timeout=60)
-
-
-def test_a_recording_of_a_json_parse_and_a_string_aggregate_names_both(spark: SparkSession, tmp_path: Path) -> None:
-    pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[union-attr]
-    path = tmp_path / "session.jfr"
-    _jcmd(pid, "JFR.start", f"name={NAME}", "settings=default")
-    try:
-        venue = (F.col("id") % 997).alias("venue_id")
-        rows = spark.range(400_000).select(
-            F.to_json(F.struct(venue, F.concat(F.lit("venue "), venue).alias("name"))).alias("value")
-        )
-        parsed = rows.select(F.from_json("value", "venue_id long, name string").alias("p")).select("p.*")
-        started = time.time()
-        for _ in range(3):  # the max of a string: a sort-based aggregate (its buffer is not fixed-width)
-            parsed.groupBy("venue_id").agg(F.max("name")).write.format("noop").mode("overwrite").save()
-        ended = time.time()
-    finally:
-        _jcmd(pid, "JFR.stop", f"name={NAME}", f"filename={path}")
+def test_a_recorded_driver_names_its_json_parse_and_its_string_aggregate(tmp_path: Path) -> None:
+    script, path = tmp_path / "job.py", tmp_path / "driver.jfr"
+    script.write_text(JOB)
+    submit = Path(sys.executable).parent / "spark-submit"
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+    done = subprocess.run(
+        [str(submit), "--master", "local[1]", "--conf", "spark.ui.enabled=false", "--conf",
+         "spark.driver.host=127.0.0.1", "--driver-java-options", recording_options(path), str(script)],
+        capture_output=True, text=True, timeout=300, env=env, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    window = next(line.split()[1:] for line in done.stdout.splitlines() if line.startswith("WINDOW "))
+    started, ended = float(window[0]), float(window[1])
     profile = summarize(path, Window(started, ended))
     samples = profile["samples"]
     assert samples.get("JSON parse (from_json)", 0) > 0, samples
     assert samples.get("sort (for sort-based aggregates)", 0) + samples.get("sort-based aggregate", 0) > 0, samples
     assert profile["seconds"] == round(ended - started, 1)
-    # nothing ran in a window before the queries
+    # nothing of the queries in a stretch before them
     assert summarize(path, Window(started - 3600, started - 3599))["samples"] == {}
 
 
