@@ -444,8 +444,10 @@ def measure_throughput(
         sampler.stopped.set()
         stop_process_group(job, timeout_s=30)
     progress = PipelineLayout.of(settings, pipeline).progress_dir() / "progress.jsonl"
-    jvm = {"jvm_profile_problem": unrecorded} if unrecorded else jvm_figures(recording, sampler.cpu)
-    return (jvm if jvm_profile else {}) | {
+    jvm: dict[str, Any] = {}
+    if jvm_profile:
+        jvm = {"jvm_profile_problem": unrecorded} if unrecorded else jvm_figures(recording, sampler.cpu)
+    return jvm | {
         "events_per_s": drain_rate(samples, records),
         "cpu_by_role": sampler.cpu.by_role(),
         "cpu_seconds": sampler.cpu.seconds(),
