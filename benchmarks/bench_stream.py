@@ -63,7 +63,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
-from jvm_profile import FlightRecordingError, Window, gc_line, merged, recording_options, render
+from jvm_profile import FlightRecordingError, Window, allocation_line, gc_line, merged, recording_options, render
 from jvm_profile import summarize as summarize_recording
 
 from tidewater.broker import EmbeddedBroker
@@ -891,6 +891,8 @@ def jvm_lines(throughput: list[dict[str, Any]]) -> list[str]:
     kinds = ", ".join(f"{kind} {count / total:.0%}" for kind, count in samples.items())
     lines.append(f"  the JVM's CPU samples over the measured drain ({total:,}, JFR): {kinds}")
     lines.append(f"  the JVM's garbage collection over the measured drain: {gc_line(profile)}")
+    if profile.get("allocated"):
+        lines.append(f"  the JVM's allocation over the measured drain: {allocation_line(profile)}")
     return lines
 
 
@@ -1306,7 +1308,8 @@ def write_profile(path: Path, results: dict[str, Any], machine: str, where: str)
                 lines += render_memory(f"memory {title.split(' (')[0]}", roles)
             recorded = [r[phase]["jvm_profile"] for r in runs if r.get(phase, {}).get("jvm_profile")]
             if recorded:
-                what = f"the JVM's CPU {title.split(' (')[0]}, by kind of work ({len(recorded)} run(s), JFR samples)"
+                when = title.split(" (")[0]
+                what = f"the JVM {when}: its CPU by kind of work and what it allocated ({len(recorded)} run(s), JFR)"
                 lines += render(what, merged(recorded))
     path.write_text("\n".join(lines) + "\n")
     print(f"profile written to {path}", flush=True)

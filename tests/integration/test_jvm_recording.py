@@ -1,6 +1,6 @@
 """The bench's JVM profile on a real JVM, the way the bench records one: a Spark driver started by
 spark-submit with the recording's options, which writes the recording as it exits; read back with the
-JDK's jfr and grouped by kind of work over the stretch that ran the queries.
+JDK's jfr and grouped by kind of work, and its allocation by site, over the stretch that ran the queries.
 
 A JVM of its own (local[1], ~15 s): the recording must start with the JVM, and the suite's shared
 session may run its tasks elsewhere or beside other tests' queries."""
@@ -36,7 +36,7 @@ spark.stop()
 """
 
 
-def test_a_recorded_driver_names_its_json_parse_and_its_string_aggregate(tmp_path: Path) -> None:
+def test_a_recorded_driver_names_its_parse_its_string_aggregate_and_what_the_parse_allocates(tmp_path: Path) -> None:
     script, path = tmp_path / "job.py", tmp_path / "driver.jfr"
     script.write_text(JOB)
     submit = Path(sys.executable).parent / "spark-submit"
@@ -54,8 +54,14 @@ def test_a_recorded_driver_names_its_json_parse_and_its_string_aggregate(tmp_pat
     assert samples.get("JSON parse (from_json)", 0) > 0, samples
     assert samples.get("sort (for sort-based aggregates)", 0) + samples.get("sort-based aggregate", 0) > 0, samples
     assert profile["seconds"] == round(ended - started, 1)
+    # Spark's from_json gives every record a reader of its own, and that reader's 8 KiB buffer: 3 x 400k
+    # records, ~9 GiB, the most of what the stretch allocated
+    allocated = profile["allocated"]
+    assert next(iter(allocated)) == "byte[] in CreateJacksonParser$.utf8String", allocated
+    assert allocated["byte[] in CreateJacksonParser$.utf8String"] > 2**30, allocated
     # nothing of the queries in a stretch before them
-    assert summarize(path, Window(started - 3600, started - 3599))["samples"] == {}
+    before = summarize(path, Window(started - 3600, started - 3599))
+    assert (before["samples"], before["allocated"]) == ({}, {})
 
 
 def test_a_missing_recording_is_one_line(tmp_path: Path) -> None:

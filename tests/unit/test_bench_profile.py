@@ -223,11 +223,13 @@ def test_a_drain_says_where_its_cpu_went_and_an_older_result_says_nothing() -> N
 
 
 def test_a_drain_with_a_jvm_profile_says_what_the_jvm_did_and_why_a_run_has_none() -> None:
-    """--jvm-profile: every run's samples and collections in two lines; a run it could not record, one line."""
+    """--jvm-profile: every run's samples, collections and allocation in three lines; a run it could not
+    record, one line."""
     drained = {"events_per_s": 30_000.0, "peak_rss_gb": 2.5, "peak_pss_gb": 2.1, "executor_peak_rss_gb": 0.0}
     recorded = {
         "samples": {"JSON parse (from_json)": 30, "sort (for sort-based aggregates)": 10},
         "collections": {"DefNew": [40, 400.0], "SerialOld": [2, 600.0]},
+        "allocated": {"byte[] in CreateJacksonParser$.utf8String": 3 * 2**30, "other sites": 2**30},
         "seconds": 5.0,
     }
     runs = [
@@ -244,6 +246,10 @@ def test_a_drain_with_a_jvm_profile_says_what_the_jvm_did_and_why_a_run_has_none
     assert (
         "  the JVM's garbage collection over the measured drain: DefNew 80 collections, 800 ms;"
         " SerialOld 4 collections, 1,200 ms: the JVM paused 20% of 10 s" in lines
+    )
+    assert (
+        "  the JVM's allocation over the measured drain: 8.0 GiB allocated (JFR's estimate):"
+        " byte[] in CreateJacksonParser$.utf8String 75%" in lines
     )
     assert not [line for line in summarize_runs("rsvps", [{"throughput": drained}]) if "JVM" in line]
 

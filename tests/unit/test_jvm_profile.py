@@ -13,10 +13,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from jvm_profile import (
     DRIVER_THREADS,
     OTHER,
+    OTHER_SITES,
     STAGE_CODE,
     FlightRecordingError,
     Sample,
     Window,
+    allocation_line,
+    allocation_sites,
     collections,
     gc_line,
     kind_of,
@@ -24,6 +27,7 @@ from jvm_profile import (
     parse_samples,
     recording_options,
     render,
+    site_of,
 )
 
 TASK = "Executor task launch worker for task 3.0 in stage 7.0 (TID 12)"
@@ -168,3 +172,74 @@ def test_runs_merge_and_the_collections_say_how_long_the_jvm_stood_paused() -> N
     assert f"| {STAGE_CODE} | 70 | 70% |" in table
     assert "| **all** | **100** | |" in table
     assert render("nothing", {"samples": {}}) == []
+
+
+ALLOCATIONS_PRINTED = """
+jdk.ObjectAllocationSample {
+  startTime = 09:51:30.158
+  objectClass = byte[] (classLoader = bootstrap)
+  weight = 8.0 kB
+  eventThread = "Executor task launch worker for task 1.0 in stage 4.0 (TID 9)" (javaThreadId = 71)
+  stackTrace = [
+    java.nio.HeapByteBuffer.<init>(int, int, MemorySegment) line: 71
+    java.nio.ByteBuffer.allocate(int) line: 391
+    sun.nio.cs.StreamDecoder.<init>(InputStream, Object, CharsetDecoder) line: 254
+    java.io.InputStreamReader.<init>(InputStream, Charset) line: 115
+    org.apache.spark.sql.catalyst.json.CreateJacksonParser$.utf8String(JsonFactory, UTF8String) line: 43
+    org.apache.spark.sql.catalyst.expressions.JsonToStructsEvaluator.$anonfun$parser$2(JsonFactory) line: 145
+    ...
+  ]
+}
+
+jdk.ObjectAllocationSample {
+  startTime = 09:51:30.210
+  objectClass = byte[] (classLoader = bootstrap)
+  weight = 1.5 MB
+  eventThread = "task-result-getter-0" (javaThreadId = 80)
+  stackTrace = [
+    java.nio.HeapByteBuffer.<init>(int, int, MemorySegment) line: 71
+    io.netty.buffer.CompositeByteBuf.nioBuffer(int, int) line: 1699
+    org.apache.spark.network.buffer.NettyManagedBuffer.nioByteBuffer() line: 44
+    ...
+  ]
+}
+
+jdk.ObjectAllocationSample {
+  startTime = 09:51:31.000
+  objectClass = org.apache.spark.unsafe.types.UTF8String (classLoader = app)
+  weight = 512 bytes
+  eventThread = "Executor task launch worker for task 0.0 in stage 4.0 (TID 8)" (javaThreadId = 70)
+  stackTrace = [
+    org.apache.spark.unsafe.types.UTF8String.fromAddress(Object, long, int) line: 150
+    org.apache.spark.sql.catalyst.expressions.GeneratedClass$GeneratedIteratorForCodegenStage12.processNext() line: -1
+    ...
+  ]
+}
+"""
+
+
+def test_allocation_samples_are_added_up_by_class_and_the_code_that_asked_for_the_memory() -> None:
+    samples = list(parse_samples(ALLOCATIONS_PRINTED.splitlines()))
+    assert [s.weight for s in samples] == [8 * 1024, 1.5 * 1024**2, 512]
+    assert samples[0].thread.startswith(TASK.split(" for ")[0]) and samples[1].thread == "task-result-getter-0"
+    # below the JDK's reader and Netty's buffers: Spark's code; a stage's number left out
+    assert [site_of(s) for s in samples] == [
+        "byte[] in CreateJacksonParser$.utf8String",
+        "byte[] in NettyManagedBuffer.nioByteBuffer",
+        "org.apache.spark.unsafe.types.UTF8String in UTF8String.fromAddress",
+    ]
+    assert site_of(Sample("main", ["java.lang.Thread.run"], allocated="int[]")) == "int[] in Thread.run"
+    parser = Sample(TASK, samples[0].frames, allocated="byte[]", weight=8192.0)
+    sites = allocation_sites([parser, parser, samples[1], samples[2]], kept=1)
+    assert sites == {"byte[] in NettyManagedBuffer.nioByteBuffer": 1.5 * 1024**2, OTHER_SITES: 2 * 8192 + 512}
+
+
+def test_the_allocation_of_several_runs_is_added_up_and_shown_largest_first() -> None:
+    one = {"samples": {STAGE_CODE: 1}, "allocated": {"byte[] in A.a": 3 * 1024**3, OTHER_SITES: 1024**3}}
+    two = {"samples": {STAGE_CODE: 1}, "allocated": {"byte[] in B.b": 4 * 1024**3, "byte[] in A.a": 2 * 1024**3}}
+    both = merged([one, two])
+    assert list(both["allocated"]) == ["byte[] in A.a", "byte[] in B.b", OTHER_SITES]  # the rest last
+    assert allocation_line(both) == "10.0 GiB allocated (JFR's estimate): byte[] in A.a 50%, byte[] in B.b 40%"
+    table = render("the JVM draining", both)
+    assert "| byte[] in A.a | 5.00 | 50% |" in table and "| **all** | **10.00** | |" in table
+    assert allocation_line({"allocated": {}}) == "no allocation recorded"
