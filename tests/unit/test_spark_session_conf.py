@@ -11,6 +11,7 @@ from tidewater import class_data
 from tidewater.config import Settings
 from tidewater.errors import ConfigError
 from tidewater.spark import (
+    DIRECT_RESULT_SIZE,
     GOLD_POOL,
     JOIN_STATE_FORMAT,
     ROCKSDB_PROVIDER,
@@ -49,6 +50,19 @@ def test_no_session_propagates_constraints():
         for streaming in (False, True):
             conf = session_conf(settings, S3, streaming=streaming)
             assert conf["spark.sql.constraintPropagation.enabled"] == "false"
+
+
+def test_a_tasks_result_comes_back_as_it_is_up_to_what_one_rpc_message_carries():
+    """Every session: a micro-batch's task results (tens of MiB) skip the block manager and its fetch,
+    two more copies on the driver's heap; above Spark's cap (spark.rpc.message.maxSize, 128 MiB unless
+    set) a larger setting would be cut to it silently, so it is no larger."""
+    for settings in (Settings(), Settings(spark_master="spark://127.0.0.1:7077")):
+        for streaming in (False, True):
+            conf = session_conf(settings, S3, streaming=streaming)
+            assert conf["spark.task.maxDirectResultSize"] == DIRECT_RESULT_SIZE
+            assert "spark.rpc.message.maxSize" not in conf  # Spark's 128 MiB
+    size, unit = int(DIRECT_RESULT_SIZE[:-1]), DIRECT_RESULT_SIZE[-1]
+    assert unit == "m" and 1 < size <= 128
 
 
 def test_a_cluster_masters_executors_get_the_settings_and_the_s3_endpoint_and_credentials():
