@@ -97,7 +97,7 @@ def kind_of(sample: Sample) -> str:
 def site_of(sample: Sample) -> str:
     """Where an allocation sample's memory was asked for: its class and the innermost frame outside the
     libraries that allocate for their callers (``byte[] in CreateJacksonParser$.utf8String``), the
-    class's package and generated numbers left out."""
+    frame's package and a codegen stage's number left out."""
     frames = [f for f in sample.frames if not f.startswith(LIBRARY_FRAMES) and "$$Lambda" not in f]
     frame = frames[0] if frames else (sample.frames[0] if sample.frames else "?")
     method_of_class = frame.rsplit(".", 2)[-2:]

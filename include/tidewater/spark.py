@@ -133,7 +133,7 @@ CODEGEN_CACHE_ENTRIES = 1000
 # A task's result up to this size goes back to the driver as it is. Above Spark's default (1 MiB) the
 # executor stores it as a block and the driver fetches it through its block-transfer service, in local
 # mode too: two more copies of every micro-batch's rows on the JVM's heap on their way to Python
-# (ads' drain: 0.9 of 27 GiB allocated, JFR), and the stored copy held until fetched. Spark caps it at
+# (ads' drain: 0.8 of 25 GiB allocated, JFR), and the stored copy held until fetched. Spark caps it at
 # spark.rpc.message.maxSize (128 MiB by default), above which results still go through the block manager.
 # rsvps draining 2M records, 4 interleaved pairs (2026-12-01): PSS 2.27-2.40 GB against 2.43-2.74 GB
 # (summed RSS 2.77-2.86 against 2.97-3.31), the rate the same (43,210-44,751 against 39,948-45,347/s).
