@@ -105,14 +105,19 @@ def site_of(sample: Sample) -> str:
     return f"{sample.allocated or '?'} in {where}"
 
 
-def _bytes(text: str) -> float:
-    """``8.0 kB``, ``42.8 MB``, ``512 bytes`` (``jfr print``'s sizes, powers of 1024) in bytes."""
+SIZES = {"bytes": 1.0, "byte": 1.0, "kB": 1024.0, "MB": 1024.0**2, "GB": 1024.0**3, "TB": 1024.0**4}
+DURATIONS_MS = {"s": 1000.0, "ms": 1.0, "us": 0.001, "ns": 0.000001}
+
+
+def _quantity(text: str, units: dict[str, float]) -> float | None:
+    """``jfr print``'s ``<number> <unit>`` (``12.3 ms``, ``42.8 MB``; sizes in powers of 1024) in the
+    unit ``units`` scales to; None when the number or the unit is not one it knows."""
     value, _, unit = text.strip().partition(" ")
-    scale = {"bytes": 1, "byte": 1, "kB": 1024, "MB": 1024**2, "GB": 1024**3, "TB": 1024**4}.get(unit.strip(), 0)
+    scale = units.get(unit.strip())
     try:
-        return float(value.replace(",", "")) * scale
+        return float(value.replace(",", "")) * scale if scale is not None else None
     except ValueError:
-        return 0.0
+        return None
 
 
 def parse_samples(lines: Iterable[str]) -> Iterator[Sample]:
@@ -134,7 +139,7 @@ def parse_samples(lines: Iterable[str]) -> Iterator[Sample]:
         elif line.startswith("objectClass = "):
             sample.allocated = line.removeprefix("objectClass = ").split(" (", 1)[0]
         elif line.startswith("weight = "):
-            sample.weight = _bytes(line.removeprefix("weight = "))
+            sample.weight = _quantity(line.removeprefix("weight = "), SIZES) or 0.0
         elif line.startswith("stackTrace = ["):
             in_stack = True
         elif in_stack and line == "]":
@@ -144,16 +149,6 @@ def parse_samples(lines: Iterable[str]) -> Iterator[Sample]:
         elif line == "}":
             yield sample
             sample = None
-
-
-def _milliseconds(text: str) -> float | None:
-    """``12.3 ms``, ``1.2 s``, ``850 us`` (``jfr print``'s durations) in ms."""
-    value, _, unit = text.strip().partition(" ")
-    scale = {"s": 1000.0, "ms": 1.0, "us": 0.001, "ns": 0.000001}.get(unit.strip())
-    try:
-        return float(value.replace(",", "")) * scale if scale is not None else None
-    except ValueError:
-        return None
 
 
 def collections(lines: Iterable[str], within: Window | None = None) -> dict[str, list[float]]:
@@ -171,7 +166,7 @@ def collections(lines: Iterable[str], within: Window | None = None) -> dict[str,
         elif line.startswith("sumOfPauses = ") and name and (within is None or within.holds(at)):
             entry = found.setdefault(name, [0, 0.0])
             entry[0] += 1
-            entry[1] = round(entry[1] + (_milliseconds(line.removeprefix("sumOfPauses = ")) or 0.0), 1)
+            entry[1] = round(entry[1] + (_quantity(line.removeprefix("sumOfPauses = "), DURATIONS_MS) or 0.0), 1)
     return found
 
 
