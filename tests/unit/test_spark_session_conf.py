@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from tidewater import class_data
-from tidewater.config import Settings
+from tidewater.config import JvmMemory, Settings
 from tidewater.errors import ConfigError
 from tidewater.spark import (
     DIRECT_RESULT_SIZE,
@@ -61,8 +61,9 @@ def test_a_tasks_result_comes_back_as_it_is_up_to_what_one_rpc_message_carries()
             conf = session_conf(settings, S3, streaming=streaming)
             assert conf["spark.task.maxDirectResultSize"] == DIRECT_RESULT_SIZE
             assert "spark.rpc.message.maxSize" not in conf  # Spark's 128 MiB
-    size, unit = int(DIRECT_RESULT_SIZE[:-1]), DIRECT_RESULT_SIZE[-1]
-    assert unit == "m" and 1 < size <= 128
+    # read as the settings read a JVM size: 2 MiB or more (above Spark's 1 MiB default), at most 128 MiB
+    assert JvmMemory(minimum=2 << 20).problem(DIRECT_RESULT_SIZE) is None
+    assert JvmMemory(minimum=(128 << 20) + 1).problem(DIRECT_RESULT_SIZE) is not None
 
 
 def test_a_cluster_masters_executors_get_the_settings_and_the_s3_endpoint_and_credentials():
