@@ -6,6 +6,7 @@
     tidewater stop                stop the platform started from this state folder
     tidewater streams [stop]      health of each supervised stream (or stop them)
     tidewater stream rsvps        run one pipeline's streaming queries (what spark_jobs/stream.py calls)
+    tidewater stream-host         one streaming job for every supervised pipeline (TIDEWATER_STREAM_HOST)
     tidewater generate ...        produce RSVP events (see --help)
     tidewater broker [--durable]  run the embedded broker alone (in memory, or its log on the embedded S3 server)
     tidewater topics create NAME  create a topic

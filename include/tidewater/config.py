@@ -402,6 +402,11 @@ class Settings:
     stream_stop_timeout_seconds: float = setting(60.0, Range(ge=0, le=86_400))  # graceful stop, then SIGKILL
     # Restarts of a stream dying on every start without a batch; then failed.
     stream_max_restarts: int = setting(3, Range(ge=0, le=1000))
+    # True: one streaming job (the stream host: one JVM, one Python driver and worker pool) runs every
+    # supervised pipeline's queries, each pipeline still started, stopped and restarted by its own
+    # supervisor (tidewater.streaming.host). False: a Spark job per pipeline, which on 2 cores holds
+    # ~1.1-1.5 GB each; a kill or an out-of-memory of the host ends every pipeline at once.
+    stream_host: bool = setting(False, Flag())
 
     # Airflow (the embedded default: SQLite + LocalExecutor, components as separate processes).
     airflow_port: int = setting(8080, Range(ge=1, le=65535))

@@ -52,20 +52,20 @@ def test_a_worker_that_missed_its_window_restarts_only_that_query(tmp_path):
     job, started = streams(tmp_path)
     for _ in range(MAX_WORKER_RESTARTS):
         job.queries["gold_trending_venues"] = StoppedQuery(f"org.apache.spark.SparkException: {WORKER_TIMEOUT}.")
-        job._raise_if_failed()
+        job.check_queries()
     assert started == ["gold_trending_venues"] * MAX_WORKER_RESTARTS
     job.queries["gold_trending_venues"] = StoppedQuery(f"org.apache.spark.SparkException: {WORKER_TIMEOUT}.")
     with pytest.raises(StreamFailedError, match="gold_trending_venues failed"):
-        job._raise_if_failed()  # the budget is spent: the supervisor restarts the job
+        job.check_queries()  # the budget is spent: the supervisor restarts the job
 
 
 def test_the_budget_is_for_misses_in_a_row(tmp_path, monkeypatch):
     job, started = streams(tmp_path)
     for _ in range(MAX_WORKER_RESTARTS + 2):
         job.queries["gold_trending_venues"] = StoppedQuery(WORKER_TIMEOUT)
-        job._raise_if_failed()
+        job.check_queries()
         job.queries["gold_trending_venues"].lastProgress = {"batchId": 1}  # the restarted query ran a batch
-        job._raise_if_failed()
+        job.check_queries()
     assert len(started) == MAX_WORKER_RESTARTS + 2
 
 
@@ -73,5 +73,5 @@ def test_any_other_failure_fails_the_job(tmp_path):
     job, started = streams(tmp_path)
     job.queries["gold_trending_venues"] = StoppedQuery("DataLossError: offsets 3..9 were deleted")
     with pytest.raises(StreamFailedError, match="DataLossError"):
-        job._raise_if_failed()
+        job.check_queries()
     assert started == []

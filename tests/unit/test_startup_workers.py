@@ -108,9 +108,9 @@ def test_a_stopped_query_keeps_planning_pending(tmp_path):
 def test_nothing_goes_while_a_restarted_query_has_not_run_a_batch(tmp_path):
     gold = Query(batch(40))
     job, recorder = job_with(tmp_path, gold=gold)
-    job._restarts["gold"] = 1  # what _raise_if_failed records when it restarts a query
+    job._restarts["gold"] = 1  # what check_queries records when it restarts a query
     job._follow_start_up()
     assert recorder.released == []  # a next restart reuses the idle workers
-    del job._restarts["gold"]  # it ran a batch (see _raise_if_failed)
+    del job._restarts["gold"]  # it ran a batch (see check_queries)
     job._follow_start_up()
     assert recorder.released == [set(STARTUP_WORKER_MODULES)]

@@ -380,6 +380,7 @@ class StreamControl:
             pid
             and (alive(int(pid)) if launched_here else not driver.get("stopped_on_purpose"))
             and now - float(driver.get("launched_unix", 0)) < self.settings.stream_startup_seconds
+            and (not driver.get("hosted") or self._host_starting())
         ):
             where = "" if launched_here else f" on {driver.get('host')}"
             return make(STARTING, int(pid), f"launched{where}, not yet holding its checkpoints")
@@ -399,6 +400,15 @@ class StreamControl:
         error = _last_error(self.log_path, int(driver.get("log_offset", 0)))
         return make(DEAD, None, f"driver exited: {error}", error=error)
 
+    def _host_starting(self) -> bool:
+        """In the stream host: is this pipeline's start request still pending, or its leases held since
+        the leases were read (the host claims them before it takes the request)? Otherwise the host has
+        taken the request and the pipeline holds nothing: it failed to start (its log says why)."""
+        from tidewater.streaming.host_requests import HostFiles
+
+        files = HostFiles(self.settings.state_dir, self.layout.namespace)
+        return any(r.pipeline == self.pipeline.name for r in files.pending()) or bool(self.lease_pids())
+
     # ---- actions ----------------------------------------------------------------------------------
 
     def start(self, *, reason: str) -> StreamHealth:
@@ -415,16 +425,20 @@ class StreamControl:
         # ignored. The last one is also removed (a request written from now on is for this launch).
         launched = time.time()
         clear_request(self.layout.stop_request())
-        process = launch_stream_job(
-            self.settings,
-            self.pipeline.name,
-            self.log_path,
-            extra_args=["--namespace", self.layout.namespace, "--launched-at", f"{launched:.3f}"],
-        )
+        if self.settings.stream_host:
+            pid = self._start_in_host(launched, reason)
+        else:
+            pid = launch_stream_job(
+                self.settings,
+                self.pipeline.name,
+                self.log_path,
+                extra_args=["--namespace", self.layout.namespace, "--launched-at", f"{launched:.3f}"],
+            ).pid
         write_json(
             self.dir / "driver.json",
             {
-                "pid": process.pid,
+                "pid": pid,
+                "hosted": self.settings.stream_host,
                 "host": socket.gethostname(),
                 "launched_unix": launched,
                 "launched_at": _now(),
@@ -433,8 +447,24 @@ class StreamControl:
                 "batches": batches,
             },
         )
-        self._event("start", pid=process.pid, reason=reason, batches=batches)
+        self._event("start", pid=pid, reason=reason, batches=batches)
         return self.health()
+
+    def _start_in_host(self, launched: float, reason: str) -> int:
+        """Ask the stream host to start this pipeline (:mod:`tidewater.streaming.host`), launching the
+        host first if none runs or is starting; the host's pid."""
+        from tidewater.streaming.host_requests import HostFiles, StartRequest
+        from tidewater.streaming.jobs import launch_stream_host
+
+        files = HostFiles(self.settings.state_dir, self.layout.namespace)
+        with files.launch_lock():
+            pid = files.running_pid(startup_s=self.settings.stream_startup_seconds)
+            if pid is None:
+                pid = launch_stream_host(self.settings, self.layout.namespace, files.log_path).pid
+                files.record_launch(pid, now=launched)
+                self._event("host", pid=pid, log=str(files.log_path))
+            files.request_start(StartRequest(self.pipeline.name, launched, reason, str(self.log_path)))
+        return pid
 
     def resume(self, *, by: str) -> StreamHealth:
         """Clear a crash loop's ``failed`` state (the attempts count again from zero) and start the
@@ -475,13 +505,20 @@ class StreamControl:
         if driver:
             write_json(self.dir / "driver.json", {**driver, "stopped_on_purpose": True})
         request = write_request(self.layout.stop_request(), by=by or _requester(), reason=reason)
+        # In the stream host (tidewater.streaming.host) the request stops this pipeline's queries alone:
+        # the host's process is not this pipeline's to wait for or end, unless the request goes unanswered.
+        hosted = bool(driver.get("hosted"))
+        if hosted:
+            from tidewater.streaming.host_requests import HostFiles
+
+            HostFiles(self.settings.state_dir, self.layout.namespace).withdraw(self.pipeline.name)
         holders = sorted({(held[0], held[2]) for held in self.lease_holders().values() if held is not None})
         here = socket.gethostname()
         local = {pid for pid, host in holders if pid > 0 and host == here}
         # The launched spark-submit, when it was launched on this host (a record without a host predates
         # hosts: it was). Before the driver holds its checkpoints, its end is what the stop waits for.
         launched = int(driver["pid"]) if driver.get("pid") and driver.get("host", here) == here else None
-        launched = launched if launched is not None and alive(launched) else None
+        launched = launched if launched is not None and not hosted and alive(launched) else None
         if not holders and launched is None:
             return self.health()  # nothing runs (a driver starting elsewhere will find the request)
         own_group = os.getpgid(0)
@@ -501,6 +538,8 @@ class StreamControl:
             deadline = time.monotonic() + min(SIGNAL_GRACE_SECONDS, max(timeout, 1.0))
             while running() and time.monotonic() < deadline:
                 time.sleep(0.5)
+        elif answered and hosted:
+            groups = set()  # the host runs on, with the other pipelines
         elif answered and groups:
             deadline = time.monotonic() + EXIT_GRACE_SECONDS  # let a local job finish exiting by itself
             while any(group_members(g) for g in groups) and time.monotonic() < deadline:
@@ -533,9 +572,10 @@ class StreamControl:
     def reap_leftovers(self) -> list[int]:
         """SIGKILL what is left of the last launched job's process group (a JVM whose Python driver was
         killed keeps running). Only processes of that group that are Spark processes are touched."""
-        launched = self.driver().get("pid")
-        if not launched:
-            return []
+        driver = self.driver()
+        launched = driver.get("pid")
+        if not launched or (driver.get("hosted") and alive(int(launched))):
+            return []  # a live stream host runs other pipelines
         victims = [pid for pid, cmd in group_members(int(launched)) if "spark" in cmd.lower()]
         for pid in victims:
             _kill(pid, signal.SIGKILL)

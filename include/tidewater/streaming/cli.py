@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from tidewater.config import Settings
+from tidewater.config import Settings, check_namespace
 from tidewater.processes import StopOnSignal
 
 
@@ -36,6 +36,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     stream.set_defaults(func=cmd_stream)
 
+    host = sub.add_parser(
+        "stream-host",
+        help="one streaming job for every supervised pipeline (TIDEWATER_STREAM_HOST; the supervisors launch it)",
+    )
+    host.add_argument("--namespace", default=None, help="lake namespace (default: TIDEWATER_NAMESPACE or live)")
+    host.set_defaults(func=cmd_stream_host)
+
 
 def cmd_stream(args: argparse.Namespace, settings: Settings) -> int:
     from tidewater.pipelines import get_pipeline
@@ -60,4 +67,20 @@ def cmd_stream(args: argparse.Namespace, settings: Settings) -> int:
         streams.close()  # stops queries, releases checkpoint leases
         if spark is not None:
             spark.stop()
+    return 0
+
+
+def cmd_stream_host(args: argparse.Namespace, settings: Settings) -> int:
+    from tidewater.spark import build_session
+    from tidewater.streaming.host import StreamHost, host_master
+
+    stopper = StopOnSignal().install()
+    namespace = check_namespace(args.namespace, "--namespace") if args.namespace else settings.namespace
+    host = StreamHost(settings, namespace, stopper.event)
+    spark = build_session(settings, "tidewater-stream-host", streaming=True, master=host_master(settings))
+    try:
+        print(f"tidewater: stream host for namespace {host.namespace} ({spark.sparkContext.master})", flush=True)
+        host.run(spark)
+    finally:
+        spark.stop()
     return 0

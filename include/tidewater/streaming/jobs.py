@@ -32,19 +32,29 @@ def job_master(settings: Settings, pipeline: str) -> str:
 def stream_job_command(settings: Settings, pipeline: str, extra_args: Sequence[str] = ()) -> list[str]:
     """The spark-submit command line of ``pipeline``'s streaming job. spark-submit starts the JVM before
     any of our code reads the session's conf, so the job's heap and JVM options are given here."""
+    return _submit(settings, job_master(settings, pipeline), "stream", [pipeline, *extra_args])
+
+
+def stream_host_command(settings: Settings, namespace: str) -> list[str]:
+    """The spark-submit command line of the stream host (:mod:`tidewater.streaming.host`)."""
+    from tidewater.streaming.host import host_master
+
+    return _submit(settings, host_master(settings), "stream_host", ["--namespace", namespace])
+
+
+def _submit(settings: Settings, master: str, job: str, args: Sequence[str]) -> list[str]:
     java_options = " ".join(java_options_of(settings, class_data.java_options(), streaming=True))
     return [
         str(Path(sys.executable).parent / "spark-submit"),
         "--master",
-        job_master(settings, pipeline),
+        master,
         "--driver-memory",
         settings.stream_driver_memory,
         "--conf",
         "spark.driver.host=127.0.0.1",
         *(["--driver-java-options", java_options] if java_options else []),
-        str(spark_job("stream")),
-        pipeline,
-        *extra_args,
+        str(spark_job(job)),
+        *args,
     ]
 
 
@@ -57,7 +67,18 @@ def launch_stream_job(
     extra_env: dict[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
     """spark-submit the streaming job in its own process group (so it can be stopped as a whole)."""
-    command = stream_job_command(settings, pipeline, extra_args)
+    return _launch(settings, stream_job_command(settings, pipeline, extra_args), log_path, extra_env)
+
+
+def launch_stream_host(settings: Settings, namespace: str, log_path: Path) -> subprocess.Popen[bytes]:
+    """spark-submit the stream host in its own process group."""
+    return _launch(settings, stream_host_command(settings, namespace), log_path)
+
+
+def _launch(
+    settings: Settings, command: list[str], log_path: Path, extra_env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log_file:
         return subprocess.Popen(
             command,

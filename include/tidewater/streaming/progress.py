@@ -166,8 +166,11 @@ class ProgressFromJson(JStreamingQueryListener):
 
 
 class ProgressRecorder(StreamingQueryListener):
-    def __init__(self, directory: Path, retention: RetentionWatch | None = None) -> None:
+    def __init__(self, directory: Path, retention: RetentionWatch | None = None, *, prefix: str = "") -> None:
+        """``prefix``: the start of the names of the queries this recorder follows (a session may run
+        several pipelines' queries, each pipeline with a recorder of its own; see tidewater.streaming.host)."""
         self.directory = directory
+        self.prefix = prefix
         self.retention = retention
         self.directory.mkdir(parents=True, exist_ok=True)
         self._late_totals: dict[str, int] = {}
@@ -191,7 +194,7 @@ class ProgressRecorder(StreamingQueryListener):
         return self.directory / f"{name.rsplit('.', 1)[-1]}.json"
 
     def onQueryStarted(self, event: Any) -> None:
-        if event.name:
+        if event.name and event.name.startswith(self.prefix):
             self._names[str(event.id)] = event.name
             previous = read_progress(self.path_for(event.name))
             self._late_totals[event.name] = int((previous or {}).get("rows_dropped_by_watermark_total", 0))
@@ -200,7 +203,7 @@ class ProgressRecorder(StreamingQueryListener):
     def onQueryProgress(self, event: Any) -> None:
         progress = json.loads(event.progress.json)
         name = progress.get("name")
-        if not name:
+        if not name or not name.startswith(self.prefix):
             return
         phases = phase_clock.take(name, int(progress.get("batchId", -1)))
         retained = self.retention.snapshot()[0] if self.retention else None
@@ -233,8 +236,9 @@ class ProgressRecorder(StreamingQueryListener):
             os.utime(self.path_for(name))
 
     def onQueryTerminated(self, event: Any) -> None:
-        if event.exception:
-            log.error("query %s failed: %s", event.id, str(event.exception).splitlines()[0])
+        name = self._names.get(str(event.id))
+        if name and event.exception:
+            log.error("query %s failed: %s", name, str(event.exception).splitlines()[0])
 
 
 def read_progress(path: Path) -> dict[str, Any] | None:

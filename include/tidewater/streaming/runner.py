@@ -189,7 +189,7 @@ class PipelineStreams:
         if self._listener is None:
             topics = [self.topic(source) for source in self.pipeline.sources]
             self._retention = RetentionWatch(self.settings, topics).start()
-            self._listener = ProgressRecorder(self.layout.progress_dir(), self._retention)
+            self._listener = ProgressRecorder(self.layout.progress_dir(), self._retention, prefix=self.query_name(""))
             self.spark.streams.addListener(self._listener)
 
     def _claim(self, tier: Tier) -> Checkpoint:
@@ -371,7 +371,7 @@ class PipelineStreams:
         self, spark: SparkSession, stop: threading.Event, *, trigger_seconds: float | None = None
     ) -> StopRequest | None:
         """Run every tier concurrently until ``stop`` is set (a signal), a fresh stop request appears (it
-        sets ``stop`` too, and is returned), or a query fails (see :meth:`_raise_if_failed`). A request
+        sets ``stop`` too, and is returned), or a query fails (see :meth:`check_queries`). A request
         already there when the queries would start (sent while the driver was starting) starts none."""
         self.prepare(spark)
         seconds = trigger_seconds if trigger_seconds is not None else self.settings.trigger_seconds
@@ -381,12 +381,10 @@ class PipelineStreams:
             requested = self._stop_requested(requests, stop)
             while gate is not None and not stop.is_set() and not gate.wait(1.0):
                 requested = self._stop_requested(requests, stop)
-            for tier in self.tiers:
-                if stop.is_set():
-                    break
-                self.start(tier, {"processingTime": f"{self.trigger_seconds(tier, seconds)} seconds"})
+            if not stop.is_set():
+                self.start_all(seconds, stop)
             while not stop.is_set():
-                self._raise_if_failed()
+                self.check_queries()
                 self._follow_start_up(gate)
                 requested = self._stop_requested(requests, stop)
                 if requested is None:
@@ -396,6 +394,23 @@ class PipelineStreams:
                 gate.release("the job is stopping")
             self.stop()
         return requested
+
+    def start_all(self, seconds: float, stop: threading.Event | None = None) -> None:
+        """Start every tier on its processing-time trigger (``seconds``: the sources' default), lowest
+        first; none more once ``stop`` is set."""
+        for tier in self.tiers:
+            if stop is not None and stop.is_set():
+                break
+            self.start(tier, {"processingTime": f"{self.trigger_seconds(tier, seconds)} seconds"})
+
+    def reads_planned(self) -> bool:
+        """Has every running query read rows from each of its sources (so Spark planned every read),
+        with no query waiting for a restart? Then no query of this pipeline needs a read planner."""
+        for name, sources in list(self._unplanned.items()):
+            query = self.queries.get(name)
+            if query is None or (query.isActive and sources.add(query.lastProgress)):
+                del self._unplanned[name]
+        return not self._unplanned and not self._restarts
 
     def trigger_seconds(self, tier: Tier, default: float) -> float:
         """How often ``tier`` runs a micro-batch: what its source or its gold tables declare
@@ -436,11 +451,7 @@ class PipelineStreams:
         and pass the start gate on once this job's start is over (:meth:`_started_up`)."""
         # Only while something waits on it: a query over a quiet source may read nothing for hours.
         if (self._startup_workers is not None and self._startup_pending) or (gate is not None and gate.held):
-            for name, sources in list(self._unplanned.items()):
-                query = self.queries.get(name)
-                # lastProgress: one record per look (recentProgress costs a py4j call per record)
-                if query is None or (query.isActive and sources.add(query.lastProgress)):
-                    del self._unplanned[name]
+            self.reads_planned()  # lastProgress: one record per look (recentProgress: a py4j call per record)
         self._give_back_startup_workers()
         if gate is not None and gate.held:
             if self._started_up():
@@ -473,7 +484,7 @@ class PipelineStreams:
             stop.set()
         return request
 
-    def _raise_if_failed(self) -> None:
+    def check_queries(self) -> None:
         """Raise for a query that stopped, unless its Python worker merely missed Spark's connect-back
         window (a busy host, not the data): that query alone is restarted from its checkpoint, at most
         ``MAX_WORKER_RESTARTS`` times in a row (each a little later), instead of the whole job (whose
