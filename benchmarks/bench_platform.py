@@ -44,6 +44,7 @@ from tidewater.orchestration.supervisor import RUNNING, StreamControl
 from tidewater.pipelines import all_pipelines
 from tidewater.pipelines.layout import PipelineLayout
 from tidewater.processes import exit_on_sigterm
+from tidewater.streaming.host_requests import HostFiles
 from tidewater.streaming.runner import WORKER_RESTART
 
 BIN = Path(sys.executable).parent
@@ -59,10 +60,22 @@ def wait(predicate, timeout_s: float) -> float | None:
     return None
 
 
-def session_memory(sid: int) -> tuple[int, int]:
-    """(PSS, summed RSS) in bytes of every process in session ``sid``."""
+def session_memory(sid: int, by_role: dict[str, tuple[int, int]] | None = None) -> tuple[int, int]:
+    """(PSS, summed RSS) in bytes of every process in session ``sid``; ``by_role`` gets (count, PSS) per
+    kind of process (JVM, Python driver, task worker, ...)."""
     roles = session_roles(sid)
-    return sum(pss for _, pss in session_pss_by_role(roles)), rss_bytes(roles)
+    each = session_pss_by_role(roles)
+    if by_role is not None:
+        for role, pss in each:
+            count, total = by_role.get(role, (0, 0))
+            by_role[role] = (count + 1, total + pss)
+    return sum(pss for _, pss in each), rss_bytes(roles)
+
+
+def role_lines(by_role: dict[str, tuple[int, int]]) -> str:
+    """A stream job's processes by kind: ``JVM 1 x 1,020 MiB, task worker 3 x 610 MiB, ...``."""
+    parts = sorted(by_role.items(), key=lambda item: -item[1][1])
+    return ", ".join(f"{role} {count} x {pss / 2**20:,.0f} MiB" for role, (count, pss) in parts)
 
 
 def summary(samples: list[dict[str, tuple[int, int]]], what: str) -> list[str]:
@@ -152,6 +165,9 @@ def main() -> None:
         for name in PipelineLayout.of(settings, p).tier_tables("silver")
     ]
     samples: list[tuple[float, dict[str, tuple[int, int]]]] = []  # (monotonic time, part -> (PSS, RSS))
+    # per sample, each stream job's processes by kind: part -> role -> (count, PSS)
+    breakdowns: list[dict[str, dict[str, tuple[int, int]]]] = []
+    roles_now: dict[str, dict[str, tuple[int, int]]] = {}
     stop_sampling = threading.Event()
 
     def sample() -> dict[str, tuple[int, int]]:
@@ -166,17 +182,27 @@ def main() -> None:
             parts["broker's S3 server"] = session_memory(os.getsid(recorded["s3_server_pid"]))
         for name, pid in (recorded.get("airflow_pids") or {}).items():
             parts[f"airflow {name}"] = session_memory(pid)
+        jobs: dict[int | None, list[str]] = {}  # session -> the pipelines it runs (several: the stream host)
         for name, control in controls.items():
             try:
                 stream = control.health().pid
-                parts[f"stream job {name}"] = session_memory(os.getsid(stream)) if stream else (0, 0)
+                jobs.setdefault(os.getsid(stream) if stream else None, []).append(name)
             except (OSError, ProcessLookupError):  # a job ending between the look and the count
-                parts[f"stream job {name}"] = (0, 0)
+                jobs.setdefault(None, []).append(name)
+        for sid, names in jobs.items():
+            label = f"stream job {names[0]}" if len(names) == 1 else f"stream host ({', '.join(names)})"
+            try:
+                roles_now[label] = {}
+                parts[label] = session_memory(sid, roles_now[label]) if sid else (0, 0)
+            except (OSError, ProcessLookupError):
+                parts[label] = (0, 0)
         return parts
 
     def sample_all_along() -> None:
         while not stop_sampling.is_set() and proc.poll() is None:
+            roles_now.clear()
             samples.append((time.monotonic(), sample()))
+            breakdowns.append(dict(roles_now))
             stop_sampling.wait(2.0)
 
     sampler = threading.Thread(target=sample_all_along, daemon=True)
@@ -217,10 +243,16 @@ def main() -> None:
         starting = [parts for at, parts in samples if at < first_rows]
         steady = [parts for at, parts in samples if at >= first_rows]
         print("\n".join(summary(steady, f"memory over {args.seconds:.0f} s at {args.rate:g} events/s per pipeline:")))
+        kept = [(sum(v[0] for v in parts.values()), i) for i, (at, parts) in enumerate(samples) if at >= first_rows]
+        if kept:
+            for part, roles in breakdowns[max(kept)[1]].items():
+                print(f"  {part} at the total's peak: {role_lines(roles)}")
         if starting:
             totals = [sum(v[0] for v in parts.values()) for parts in starting]
             print(f"while starting (to the first silver rows): PSS peak {max(totals) / 2**20:,.0f} MiB")
     misses = {name: connect_back_restarts(control.log_path) for name, control in controls.items()}
+    if settings.stream_host:  # the hosted pipelines' Spark output is in the host's log
+        misses = {"stream host": connect_back_restarts(HostFiles(settings.state_dir, settings.namespace).log_path)}
     print(
         "queries restarted after a missed connect-back: "
         + ", ".join(f"{name} {count}" for name, count in misses.items())
