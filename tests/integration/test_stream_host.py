@@ -90,11 +90,12 @@ def test_two_pipelines_in_one_host(kafka_settings, make_topic):
         assert not payments.lease_pids() and alive(first) and running(rsvps) and rsvps.lease_pids() == {driver}
         assert "stop requested by" in payments.log_path.read_text()
 
-        # kill -9 of the host ends both; each supervisor restarts its pipeline, in one new host.
-        os.killpg(first, signal.SIGKILL)
-        wait_for(lambda: not group_members(first), timeout_s=30, what="the killed host's processes to go")
-        assert rsvps.health().state == DEAD
+        # kill -9 of the host's driver ends both; each supervisor restarts its pipeline, in one new host,
+        # and what was left of the old one (its JVM) is ended.
+        os.kill(driver, signal.SIGKILL)
+        wait_for(lambda: rsvps.health().state == DEAD, timeout_s=30, what="rsvps dead with its host")
         assert rsvps.supervise()[0].startswith("restarted (died")
+        wait_for(lambda: not group_members(first), timeout_s=30, what="the killed host's JVM to be ended")
         assert payments.supervise()[0] == "started"
         second = host.last_pid()
         assert second != first and rsvps.driver()["pid"] == payments.driver()["pid"] == second

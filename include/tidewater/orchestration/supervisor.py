@@ -400,6 +400,13 @@ class StreamControl:
         error = _last_error(self.log_path, int(driver.get("log_offset", 0)))
         return make(DEAD, None, f"driver exited: {error}", error=error)
 
+    def _host_is_up(self, launched: int) -> bool:
+        """Does the stream host launched as ``launched`` hold its lease (its driver is alive)?"""
+        from tidewater.streaming.host_requests import HostFiles
+
+        holder = HostFiles(self.settings.state_dir, self.layout.namespace).holder_pid()
+        return holder is not None and _pgid(holder) == launched
+
     def _host_starting(self) -> bool:
         """In the stream host: is this pipeline's start request still pending, or its leases held since
         the leases were read (the host claims them before it takes the request)? Otherwise the host has
@@ -574,7 +581,7 @@ class StreamControl:
         killed keeps running). Only processes of that group that are Spark processes are touched."""
         driver = self.driver()
         launched = driver.get("pid")
-        if not launched or (driver.get("hosted") and alive(int(launched))):
+        if not launched or (driver.get("hosted") and self._host_is_up(int(launched))):
             return []  # a live stream host runs other pipelines
         victims = [pid for pid, cmd in group_members(int(launched)) if "spark" in cmd.lower()]
         for pid in victims:

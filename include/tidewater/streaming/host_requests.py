@@ -95,6 +95,9 @@ class HostFiles:
             handle.close()
             raise HostRunningError(f"a stream host already runs for namespace {self.namespace} ({holder})")
         stamp(handle, f"pid {os.getpid()} on {socket.gethostname()} since {time.time():.3f}")
+        launch = read_json(self.dir / "launch.json")
+        if launch.get("pid") == os.getpgid(0):  # the launch a supervisor recorded is this host: it is up
+            write_json(self.dir / "launch.json", {**launch, "driver_pid": os.getpid()})
         return handle
 
     def record_launch(self, pid: int, *, now: float | None = None) -> None:
@@ -111,7 +114,8 @@ class HostFiles:
 
     def running_pid(self, *, startup_s: float, now: float | None = None) -> int | None:
         """The host's pid (the job launched: its process group) if one runs or is starting (launched less
-        than ``startup_s`` ago and alive)."""
+        than ``startup_s`` ago, alive, and never up: a host whose driver held the lease and let go of it
+        is leaving or dead, whatever is left of its process group)."""
         pid = self.holder_pid()
         if pid is not None:
             with suppress(OSError):
@@ -120,7 +124,8 @@ class HostFiles:
         launch = read_json(self.dir / "launch.json")
         launched = float(launch.get("launched_unix") or 0)
         now = time.time() if now is None else now
-        if launch.get("pid") and not launch.get("left") and alive(int(launch["pid"])) and now - launched < startup_s:
+        starting = not launch.get("left") and not launch.get("driver_pid")  # a host up once holds the lease
+        if launch.get("pid") and starting and alive(int(launch["pid"])) and now - launched < startup_s:
             return int(launch["pid"])
         return None
 
