@@ -216,6 +216,9 @@ class Cluster:
                 **s3.env(),  # AWS_*: credentials, and the endpoint over any inherited one
                 "TIDEWATER_SPARK_MASTER": spark.master_url,
                 "TIDEWATER_LOCK_BACKEND": "postgres",
+                # A Spark job per pipeline: drivers may run on any host of the cluster (stop requests reach
+                # them there), and one pipeline's failure or memory stays its own.
+                "TIDEWATER_STREAM_HOST": "false",
                 "TIDEWATER_POSTGRES_DSN": postgres.dsn,
                 "TIDEWATER_AIRFLOW_DATABASE_URL": postgres.url(AIRFLOW_DATABASE),
                 "TIDEWATER_AIRFLOW_PORT": str(ports["airflow"]),
