@@ -150,9 +150,11 @@ def process_role(argv: list[str], parent_argv: list[str]) -> str:
                 return WORKER_ROLES.get(worker_module, f"{worker_module} worker")
             return "Python daemon"
         if module.endswith("python_streaming_source_runner"):
-            return "streaming-source runner"
+            return "streaming-source runner"  # or, with the fork server, the process waiting for its fork
+        if module == "tidewater.runner_forkserver":  # tidewater.runner_forkserver: the server and its forks
+            return "streaming-source runner (forked)" if parent_argv == argv else "runner fork server"
         return module
-    if any(arg.endswith("spark_jobs/stream.py") for arg in argv):
+    if any(arg.endswith(("spark_jobs/stream.py", "spark_jobs/stream_host.py")) for arg in argv):
         return "Python driver"
     return program
 

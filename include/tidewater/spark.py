@@ -7,6 +7,7 @@ JVM heap), and the tidewater data sources registered.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import xml.etree.ElementTree as ET
@@ -32,6 +33,8 @@ SCHEDULER_POOLS_XML = f"""<?xml version="1.0"?>
   <pool name="{GOLD_POOL}"><schedulingMode>FAIR</schedulingMode><weight>1</weight><minShare>0</minShare></pool>
 </allocations>
 """
+
+log = logging.getLogger(__name__)
 
 
 def prepare_environment(settings: Settings) -> None:
@@ -237,7 +240,18 @@ def build_session(
     if streaming:
         drop_unread_hadoop_defaults(spark)
     register_data_sources(spark)
+    if streaming and is_local_master(spark.sparkContext.master):
+        start_runner_forkserver(spark)
     return spark
+
+
+def start_runner_forkserver(spark: SparkSession) -> None:
+    """The fork server of this driver's streaming-source runners (:mod:`tidewater.runner_forkserver`)."""
+    from tidewater import runner_forkserver
+
+    jvm_pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[attr-defined]
+    if runner_forkserver.start(jvm_pid) is None and not runner_forkserver.switched_off(os.environ):
+        log.warning("the streaming-source runners' fork server did not start: each runner imports on its own")
 
 
 # Hadoop files of defaults that only YARN and MapReduce read. Hadoop loads every default file that a

@@ -36,20 +36,21 @@ nothing of tidewater's: it runs in every Spark Python process.
 
 from __future__ import annotations
 
-import contextlib
-import importlib.abc
 import importlib.machinery
-import importlib.util
 import os
 import socket
 import struct
 import sys
-import sysconfig
-import tempfile
-import zipfile
 from collections.abc import Iterator, Mapping, Sequence
-from pathlib import Path
-from typing import IO, Any
+
+# Every Spark Python process imports this module as its interpreter starts, and a streaming-source runner
+# handed to its fork server (tidewater.runner_forkserver) imports nothing else: what it imports is what
+# each of them holds (importlib.abc, zipfile, pathlib and typing: ~6 MiB more a process). The others are
+# imported where they are used.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import IO, Any
 
 SWITCH = "TIDEWATER_WORKER_START"  # "spark": start as Spark does, without this module's two changes
 PTH_NAME = "tidewater-worker-start.pth"
@@ -96,7 +97,11 @@ def at_interpreter_start() -> None:
     _started = True
     try:
         use_installed_pyspark(sys.path)
-        connect_at_start()
+        if connect_at_start() and _connected is not None:
+            # a streaming-source runner hands its connection to its JVM's fork server, if it has one
+            from tidewater import runner_forkserver
+
+            runner_forkserver.hand_over(_connected, list(sys.orig_argv))
     except Exception as error:  # never in the way of the process: it then starts as Spark made it
         print(f"tidewater.worker_start: {error!r}; this process starts as Spark started it", file=sys.stderr)
 
@@ -113,27 +118,33 @@ def use_installed_pyspark(path: list[str]) -> list[str]:
     pyspark.zip inside the very pyspark package found further on the path is dropped (the same sources),
     and py4j's only beside it and when that same py4j version is installed next to the pyspark package.
     """
-    packages = (Path(p) / "pyspark" for p in path if not p.endswith(".zip"))
+    packages = (os.path.join(os.path.normpath(p), "pyspark") for p in path if not p.endswith(".zip"))
     installed = next((package for package in packages if _is_package(package)), None)
     if installed is None:
         return []
-    lib = installed / "python" / "lib"
-    dropped = [p for p in path if Path(p).parent == lib and _is_installed_zip(Path(p), installed.parent)]
+    lib = os.path.join(installed, "python", "lib")
+    site = os.path.dirname(installed)
+    dropped = [
+        p for p in path if os.path.dirname(os.path.normpath(p)) == lib and _is_installed_zip(os.path.normpath(p), site)
+    ]
     path[:] = [p for p in path if p not in dropped]
     return dropped
 
 
-def _is_package(directory: Path) -> bool:
-    return (directory / "__init__.py").is_file()
+def _is_package(directory: str) -> bool:
+    return os.path.isfile(os.path.join(directory, "__init__.py"))
 
 
-def _is_installed_zip(archive: Path, site: Path) -> bool:
-    if archive.name == "pyspark.zip":
+def _is_installed_zip(archive: str, site: str) -> bool:
+    name = os.path.basename(archive)
+    if name == "pyspark.zip":
         return True
     prefix, suffix = "py4j-", "-src.zip"
-    if archive.name.startswith(prefix) and archive.name.endswith(suffix):
-        version = archive.name[len(prefix) : -len(suffix)]
-        return _is_package(site / "py4j") and (site / f"py4j-{version}.dist-info").is_dir()
+    if name.startswith(prefix) and name.endswith(suffix):
+        version = name[len(prefix) : -len(suffix)]
+        return _is_package(os.path.join(site, "py4j")) and os.path.isdir(
+            os.path.join(site, f"py4j-{version}.dist-info")
+        )
     return False
 
 
@@ -206,16 +217,22 @@ def _read_exactly(sock: socket.socket, size: int) -> bytes:
 
 def _pyspark_hands_over() -> bool:
     """Whether the pyspark this process imports has a worker_util with the function the socket goes through."""
-    spec = importlib.util.find_spec("pyspark")  # finds the package, does not run it
+    spec = importlib.machinery.PathFinder.find_spec("pyspark")  # finds the package, does not run it
     for location in (spec.submodule_search_locations or []) if spec else []:
         try:
             if ".zip" + os.sep in location:  # Spark's pyspark.zip when it is not the install's
+                import zipfile
+
                 archive, inner = location.split(".zip" + os.sep, 1)
-                with zipfile.ZipFile(archive + ".zip") as opened:
-                    source = opened.read(f"{inner}/worker_util.py").decode("utf-8")
+                try:
+                    with zipfile.ZipFile(archive + ".zip") as opened:
+                        source = opened.read(f"{inner}/worker_util.py").decode("utf-8")
+                except (KeyError, zipfile.BadZipFile):
+                    continue
             else:
-                source = (Path(location) / "worker_util.py").read_text(encoding="utf-8")
-        except (OSError, KeyError, zipfile.BadZipFile):
+                with open(os.path.join(location, "worker_util.py"), encoding="utf-8") as handle:
+                    source = handle.read()
+        except OSError:
             continue
         return f"def {HANDED_OVER}(" in source
     return False
@@ -223,6 +240,8 @@ def _pyspark_hands_over() -> bool:
 
 def patch_worker_util(module: Any) -> None:
     """Make ``module.get_sock_file_to_executor`` give the socket opened at start to its first caller."""
+    import contextlib
+
     original = getattr(module, HANDED_OVER)
 
     @contextlib.contextmanager
@@ -243,8 +262,9 @@ def patch_worker_util(module: Any) -> None:
     setattr(module, HANDED_OVER, get_sock_file_to_executor)
 
 
-class _PatchWorkerUtil(importlib.abc.MetaPathFinder):
-    """Patches ``pyspark.worker_util`` as it loads, before a worker module binds its functions."""
+class _PatchWorkerUtil:
+    """Patches ``pyspark.worker_util`` as it loads, before a worker module binds its functions (a meta
+    path finder: ``find_spec`` is all ``sys.meta_path`` asks of one)."""
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
         if fullname != "pyspark.worker_util":
@@ -264,6 +284,10 @@ class _PatchWorkerUtil(importlib.abc.MetaPathFinder):
 
 def install(site_packages: Path | None = None) -> Path:
     """Write the ``.pth`` file into the install's site-packages (atomically; unchanged if current)."""
+    import sysconfig
+    import tempfile
+    from pathlib import Path
+
     target = Path(site_packages or sysconfig.get_paths()["purelib"]) / PTH_NAME
     if target.exists() and target.read_text(encoding="utf-8") == PTH_LINE:
         return target

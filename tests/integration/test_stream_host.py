@@ -84,6 +84,16 @@ def test_two_pipelines_in_one_host(kafka_settings, make_topic):
         wait_for(lambda: running(payments), timeout_s=180, what="payments running in the host", log=host.log_path)
         assert payments.lease_pids() == {driver}
 
+        # Their streaming-source runners are forks of the host's fork server (tidewater.runner_forkserver):
+        # each process Spark started for one handed its connection over and waits for its fork.
+        def runners() -> tuple[int, int] | None:
+            commands = [command for _, command in group_members(first)]
+            forks = sum("tidewater.runner_forkserver" in command for command in commands) - 1  # less the server
+            waiting = sum("python_streaming_source_runner" in command for command in commands)
+            return (forks, waiting) if forks == waiting >= 4 else None  # two pipelines, two sources each at least
+
+        wait_for(runners, timeout_s=60, what="every runner forked by the fork server", log=host.log_path)
+
         # A stop ends one pipeline's queries; the host and the other pipeline run on.
         assert payments.stop(reason="test: stop one").state == STOPPED
         assert [e["how"] for e in payments.events() if e["event"] == "stop"] == ["request"]

@@ -31,6 +31,12 @@ A launched driver is ``starting`` until it holds its checkpoints (for ``stream_s
 most), and for as long as it waits at the host's start gate behind another job's start
 (:mod:`tidewater.streaming.start_gate`); its heartbeats are due from its passage.
 
+**In the stream host** (``TIDEWATER_STREAM_HOST``, the embedded default: :mod:`tidewater.streaming.host`)
+a start asks the one job hosting every pipeline to start this pipeline's queries (launching the host
+first when none runs), and a stop request stops this pipeline's queries alone: the host's process is
+signalled only when the request goes unanswered, and its leftovers are reaped only once it is dead.
+Leases, stop requests, heartbeats, the log and the crash-loop accounting stay per pipeline.
+
 **Crash loops are bounded.** A stream that dies (or stalls) on every start, without committing a
 batch in between, is restarted at most ``stream_max_restarts`` times within
 :data:`CRASH_LOOP_WINDOW_SECONDS`; when it ends that way once more it is marked ``failed`` (see
