@@ -47,15 +47,16 @@ LOOP_SECONDS = 1.0
 
 
 # The source queries the host's master counts at most (:func:`host_master`).
-HOST_SOURCE_QUERIES = 3
+HOST_SOURCE_QUERIES = 2
 
 
 def host_master(settings: Settings) -> str:
     """The host's master: :func:`tidewater.spark.stream_master` for every deployed pipeline's source
     queries together, counting at most :data:`HOST_SOURCE_QUERIES` of them: on ``local[2]`` with the
-    auto rule, ``local[4]``. Five pipelines' seven source queries on ``local[8]`` (the rule uncapped)
-    held more and started slower (``./tw bench platform``, 2026-12-01: the host's PSS peak 3,328 against
-    3,009 MiB, every source's silver rows after 140 s against 81 s): more slots, more Python workers."""
+    auto rule, ``local[3]``, as for one pipeline of two sources. More slots start more Python workers,
+    and the host held more and started slower (``./tw bench platform``, five pipelines, 2026-12-01, one
+    run each: the host's PSS peak 3,328 MiB on ``local[8]`` (the rule uncapped), 3,009 on ``local[4]``,
+    2,472 on ``local[3]`` with the runners' fork server; every source's silver rows after 140, 81, 87 s)."""
     pipelines = all_pipelines(settings).values()
     sources = sum(PipelineLayout.of(settings, p).source_queries for p in pipelines)
     return stream_master(settings, min(sources, HOST_SOURCE_QUERIES))
