@@ -406,8 +406,9 @@ class Settings:
     # supervised pipeline's queries, each pipeline still started, stopped and restarted by its own
     # supervisor (tidewater.streaming.host); a kill or an out-of-memory of the host ends every pipeline at
     # once, and each is restarted from its checkpoints. False: a Spark job per pipeline (~1.1-1.5 GB PSS
-    # each on 2 cores; the cluster profile's choice). Five pipelines on 2 cores (./tw bench platform):
-    # 4.2 GB PSS with Airflow, every source's silver rows after 81 s, against 9.3 GB and 309 s.
+    # each on 2 cores; the cluster profile's choice). Five pipelines on 2 cores (./tw bench platform, 3
+    # runs): 3,704-3,840 MiB PSS with Airflow, every source's silver rows after 87-112 s; 9,252 MiB and
+    # 309 s with a job per pipeline.
     stream_host: bool = setting(True, Flag())
 
     # Airflow (the embedded default: SQLite + LocalExecutor, components as separate processes).

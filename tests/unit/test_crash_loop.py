@@ -158,6 +158,13 @@ def test_control_params_are_checked_in_one_line():
 
 
 @pytest.fixture
+def settings(settings: Settings) -> Settings:
+    """A job per pipeline, whose launch ``refusing`` stands in for (the stream host's supervision:
+    tests/integration/test_stream_host.py)."""
+    return settings.replace(stream_host=False)
+
+
+@pytest.fixture
 def refusing(monkeypatch: pytest.MonkeyPatch) -> RefusingLaunch:
     launch = RefusingLaunch()
     monkeypatch.setattr("tidewater.streaming.jobs.launch_stream_job", launch)

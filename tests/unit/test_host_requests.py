@@ -75,3 +75,22 @@ def test_the_lease_names_the_host_and_admits_one(files):
     finally:
         lease.close()
     assert files.holder_pid() is None and files.running_pid(startup_s=60) is None
+
+
+def test_a_host_that_cannot_start_says_why_in_each_waiting_pipelines_log(tmp_path):
+    import threading
+
+    from tidewater.config import Settings
+    from tidewater.errors import ConfigError, one_line
+    from tidewater.streaming.host import StreamHost
+    from tidewater.streaming.jobs import last_error_line
+
+    settings = Settings(state_dir=str(tmp_path / "state"))
+    host = StreamHost(settings, "live", threading.Event())
+    logs = {name: tmp_path / f"{name}.log" for name in ("rsvps", "ads")}
+    for at, (name, log) in enumerate(logs.items()):
+        host.files.request_start(StartRequest(name, float(at), "desired state is running", str(log)))
+    error = ConfigError("TIDEWATER_STREAM_DRIVER_MEMORY: 'lots' is not a JVM size")
+    host.fail_pending(f"tidewater: {one_line(error)} (the stream host did not start)")
+    for log in logs.values():  # what the supervisor reports of the dead pipeline
+        assert last_error_line(log) == f"{one_line(error)} (the stream host did not start)"

@@ -65,8 +65,11 @@ def test_a_round_is_needed_exactly_when_it_would_act(state: str, desired: str, e
 
 @pytest.fixture
 def env(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    """The trigger and the operator read their settings from the environment, as in Airflow."""
-    watched = settings.replace(supervise_schedule=CONTINUOUS, supervise_poll_seconds=0.2, stream_max_restarts=1)
+    """The trigger and the operator read their settings from the environment, as in Airflow. A job per
+    pipeline: the launch is stood in for (the stream host's supervision: tests/integration/test_stream_host.py)."""
+    watched = settings.replace(
+        supervise_schedule=CONTINUOUS, supervise_poll_seconds=0.2, stream_max_restarts=1, stream_host=False
+    )
     for key, value in watched.to_env().items():
         monkeypatch.setenv(key, value)
     return watched

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 
 from tidewater.config import Settings, check_namespace
+from tidewater.errors import one_line
 from tidewater.processes import StopOnSignal
 
 
@@ -77,7 +78,11 @@ def cmd_stream_host(args: argparse.Namespace, settings: Settings) -> int:
     stopper = StopOnSignal().install()
     namespace = check_namespace(args.namespace, "--namespace") if args.namespace else settings.namespace
     host = StreamHost(settings, namespace, stopper.event)
-    spark = build_session(settings, "tidewater-stream-host", streaming=True, master=host_master(settings))
+    try:
+        spark = build_session(settings, "tidewater-stream-host", streaming=True, master=host_master(settings))
+    except Exception as exc:  # the pipelines waiting for this host say why in their own logs
+        host.fail_pending(f"tidewater: {one_line(exc)} (the stream host did not start)")
+        raise
     try:
         print(f"tidewater: stream host for namespace {host.namespace} ({spark.sparkContext.master})", flush=True)
         host.run(spark)

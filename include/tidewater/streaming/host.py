@@ -106,6 +106,12 @@ class StreamHost:
                 self._end(name, "tidewater: the stream host is stopping")
             self._let_go()
 
+    def fail_pending(self, line: str) -> None:
+        """The host cannot serve: say so in the log of each pipeline waiting for it (its supervisor reads
+        the line when it finds the pipeline dead, and launches another host)."""
+        for request in self.files.pending():
+            self._say(request, line)
+
     # ---- one pipeline ---------------------------------------------------------------------------
 
     def _start(self, spark: SparkSession, request: StartRequest) -> bool:
