@@ -112,7 +112,7 @@ def hand_over(jvm_sock: socket.socket, argv: list[str]) -> None:
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         server.connect(path)
-        body = json.dumps({"env": dict(os.environ), "waiter": os.getpid()}).encode("utf-8")
+        body = json.dumps({"env": dict(os.environ), "cwd": os.getcwd(), "waiter": os.getpid()}).encode("utf-8")
         fds = array.array("i", [jvm_sock.fileno(), 0, 1, 2])
         server.sendmsg([_HEADER.pack(len(body)), body], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
         forked = _read_int(server)
@@ -243,6 +243,9 @@ def _run_runner(fds: list[int], request: dict[str, object]) -> int:
         os.dup2(fd, target)
         os.close(fd)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    cwd = request.get("cwd")
+    if isinstance(cwd, str):
+        os.chdir(cwd)
     env = request.get("env")
     if isinstance(env, dict):
         os.environ.clear()

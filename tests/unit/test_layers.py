@@ -27,6 +27,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "tidewater.processes",
             "tidewater.class_data",
             "tidewater.worker_start",
+            "tidewater.runner_forkserver",
             "tidewater.faults",
             "tidewater.phase_clock",
             "tidewater.strict_json",
