@@ -190,9 +190,9 @@ def _unlink(path: str) -> None:
 def _fork_runner(conn: socket.socket, listener: socket.socket, waiting: dict[int, socket.socket]) -> None:
     import contextlib
 
+    received = array.array("i")
     try:
         header, fds, _, _ = conn.recvmsg(_HEADER.size, socket.CMSG_SPACE(4 * array.array("i").itemsize))
-        received = array.array("i")
         for level, kind, data in fds:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 received.frombytes(data[: len(data) - (len(data) % received.itemsize)])
@@ -210,6 +210,8 @@ def _fork_runner(conn: socket.socket, listener: socket.socket, waiting: dict[int
         with contextlib.suppress(OSError):
             conn.sendall(struct.pack("!i", -1))
         conn.close()
+        for fd in received:  # the waiting process keeps its own and runs the runner itself
+            os.close(fd)
         return
     try:
         pid = os.fork()
@@ -221,12 +223,20 @@ def _fork_runner(conn: socket.socket, listener: socket.socket, waiting: dict[int
         return
     if pid == 0:
         listener.close()
+        conn.close()  # the waiting process learns of this runner's end from the server alone
         for other in waiting.values():
             other.close()
         code = 1
         try:
             code = _run_runner(list(received), request)
+        except BaseException:
+            import traceback
+
+            traceback.print_exc()  # to the waiting process's stderr: Spark's log of the runner
         finally:
+            for stream in (sys.stdout, sys.stderr):  # os._exit leaves Python's buffers unwritten
+                with contextlib.suppress(Exception):
+                    stream.flush()
             os._exit(code)
     for fd in received:
         os.close(fd)
