@@ -28,6 +28,24 @@ pytestmark = pytest.mark.slow
 NAMES = ("payments", "rsvps")
 
 
+def task_worker_daemons(jvm_pid: int) -> list[int]:
+    """The JVM's Python daemons that fork task workers (``python -m pyspark.daemon pyspark.worker``)."""
+    daemons = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as stat:
+                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry.name}/cmdline", "rb") as cmdline:
+                argv = cmdline.read().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue
+        if parent == jvm_pid and b"pyspark.daemon" in argv and b"pyspark.worker" in argv:
+            daemons.append(int(entry.name))
+    return daemons
+
+
 def test_two_pipelines_in_one_host(kafka_settings, make_topic):
     settings = kafka_settings.replace(
         kafka_topic_prefix=make_topic(partitions=1, prefix="host") + "-",
@@ -93,6 +111,24 @@ def test_two_pipelines_in_one_host(kafka_settings, make_topic):
             return (forks, waiting) if forks == waiting >= 4 else None  # two pipelines, two sources each at least
 
         wait_for(runners, timeout_s=60, what="every runner forked by the fork server", log=host.log_path)
+        # One pool of task workers for the Kafka reads and the UDFs (tidewater.spark.session_conf: one
+        # environment for every Python function); Spark keeps a daemon per pool.
+        # One pool of task workers for the Kafka reads, the UDFs and payments' state machine
+        # (transformWithState): one environment for every Python function (tidewater.spark.session_conf).
+        # Spark keeps a daemon per pool; the spark-submit launched is the host's JVM.
+        pay = get_pipeline("payments")
+        send(
+            settings,
+            settings.topic(pay.source().topic),
+            generate(GeneratorConfig(seed=7, rate=50), 300, pay.sample_events),
+        )
+        wait_for(
+            lambda: (payments.batches().get("gold_fraud_alerts") or 0) > 0 and len(task_worker_daemons(first)) > 0,
+            timeout_s=120,
+            what="payments' state machine to run a batch",
+            log=host.log_path,
+        )
+        assert len(task_worker_daemons(first)) == 1
 
         # A stop ends one pipeline's queries; the host and the other pipeline run on.
         assert payments.stop(reason="test: stop one").state == STOPPED

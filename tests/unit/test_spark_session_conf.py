@@ -37,7 +37,11 @@ def test_a_local_master_shares_the_drivers_environment():
     # a batch session too: the tests' shared session runs the streams of in-process tests
     for streaming in (False, True):
         assert JOIN_STATE_FORMAT.items() <= session_conf(Settings(), {}, streaming=streaming).items()
-    assert not [key for key in conf if key.startswith("spark.executorEnv.")]
+    # nothing of the driver's environment (credentials) is copied; one variable every Python function
+    # gets, so that a state machine's workers share the others' pool (tests/integration/test_stream_host.py)
+    assert [key for key in conf if key.startswith("spark.executorEnv.")] == [
+        "spark.executorEnv.SPARK_SIMPLIFIED_TRACEBACK"
+    ]
     assert "spark.cores.max" not in conf  # local[N] has its N threads, nothing to share
     assert all(is_local_master(m) for m in ("local", "local[2]", "local[*]", "local[2,3]"))
     assert not any(is_local_master(m) for m in ("spark://127.0.0.1:7077", "yarn", "k8s://https://h:443"))
