@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import FrameType
 
 
@@ -54,21 +54,32 @@ def command_line(pid: int) -> str | None:
 
 def group_members(pgid: int) -> list[tuple[int, str]]:
     """(pid, command line) of the live processes in process group ``pgid``."""
-    members = []
+    return _live_processes(lambda fields: int(fields[2]) == pgid)
+
+
+def children(ppid: int) -> list[tuple[int, str]]:
+    """(pid, command line) of the live child processes of ``ppid``."""
+    return _live_processes(lambda fields: int(fields[1]) == ppid)
+
+
+def _live_processes(wanted: Callable[[list[str]], bool]) -> list[tuple[int, str]]:
+    """(pid, command line) of each live process whose ``/proc/<pid>/stat`` fields after the command
+    (state, ppid, pgrp, ...) are ``wanted``."""
+    found = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
         try:
             with open(f"/proc/{entry.name}/stat") as stat:
                 fields = stat.read().rsplit(")", 1)[1].split()
-            if int(fields[2]) != pgid or fields[0] == "Z":
+            if fields[0] == "Z" or not wanted(fields):
                 continue
             with open(f"/proc/{entry.name}/cmdline", "rb") as cmdline:
                 cmd = cmdline.read().replace(b"\0", b" ").decode(errors="replace")
         except (OSError, IndexError, ValueError):
             continue
-        members.append((int(entry.name), cmd))
-    return members
+        found.append((int(entry.name), cmd))
+    return found
 
 
 def group_rss_bytes(pgid: int) -> int:

@@ -20,7 +20,7 @@ from tidewater.orchestration.platform import end_stream_host
 from tidewater.orchestration.supervisor import DEAD, RUNNING, STOPPED, StreamControl
 from tidewater.pipelines import get_pipeline
 from tidewater.pipelines.layout import PipelineLayout
-from tidewater.processes import alive, group_members
+from tidewater.processes import alive, children, group_members
 from tidewater.streaming.host_requests import HostFiles
 
 pytestmark = pytest.mark.slow
@@ -30,20 +30,7 @@ NAMES = ("payments", "rsvps")
 
 def task_worker_daemons(jvm_pid: int) -> list[int]:
     """The JVM's Python daemons that fork task workers (``python -m pyspark.daemon pyspark.worker``)."""
-    daemons = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat") as stat:
-                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
-            with open(f"/proc/{entry.name}/cmdline", "rb") as cmdline:
-                argv = cmdline.read().split(b"\0")
-        except (OSError, IndexError, ValueError):
-            continue
-        if parent == jvm_pid and b"pyspark.daemon" in argv and b"pyspark.worker" in argv:
-            daemons.append(int(entry.name))
-    return daemons
+    return [pid for pid, command in children(jvm_pid) if command.rstrip().endswith("-m pyspark.daemon pyspark.worker")]
 
 
 def test_two_pipelines_in_one_host(kafka_settings, make_topic):
