@@ -29,9 +29,31 @@ def alive(pid: int) -> bool:
         return True
     try:
         with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[-1].split()[0] != "Z"
+            return _running(pid, stat.read().rsplit(")", 1)[-1].split()[0])
     except OSError:
         return True
+
+
+def _running(pid: int, state: str) -> bool:
+    """Is the process ``pid``, whose main thread is in ``state``, still running? Its main thread shows
+    a zombie ("Z") as soon as it has exited while other threads are still exiting (a kill -9'd JVM or
+    driver): the process still holds its files and their locks, a checkpoint's lease among them,
+    until its last thread is gone."""
+    if state != "Z":
+        return True
+    try:
+        threads = os.scandir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    with threads:
+        for thread in threads:
+            try:
+                with open(f"{thread.path}/stat") as stat:
+                    if stat.read().rsplit(")", 1)[-1].split()[0] not in ("Z", "X"):
+                        return True
+            except (OSError, IndexError):
+                continue
+    return False
 
 
 def signal_group(pgid: int, sig: int) -> None:
@@ -72,7 +94,7 @@ def _live_processes(wanted: Callable[[list[str]], bool]) -> list[tuple[int, str]
         try:
             with open(f"/proc/{entry.name}/stat") as stat:
                 fields = stat.read().rsplit(")", 1)[1].split()
-            if fields[0] == "Z" or not wanted(fields):
+            if not wanted(fields) or not _running(int(entry.name), fields[0]):
                 continue
             with open(f"/proc/{entry.name}/cmdline", "rb") as cmdline:
                 cmd = cmdline.read().replace(b"\0", b" ").decode(errors="replace")

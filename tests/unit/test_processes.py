@@ -37,3 +37,59 @@ def test_a_sigterm_runs_the_finally_blocks_and_exits_143_as_its_own_kind_of_exit
         if child.poll() is None:
             child.kill()
     assert cleaned.read_text() == "stopped what it started"
+
+
+def test_a_process_whose_main_thread_exited_lives_while_another_thread_holds_its_locks(tmp_path: Path):
+    """A kill -9'd driver's main thread shows as a zombie before its other threads are gone, and until
+    then the process still holds its flocks (a checkpoint's lease): alive and in its group until the
+    last thread ends, then neither (though not yet reaped)."""
+    import fcntl
+    import time
+
+    from tidewater.processes import alive, group_members
+
+    lock, release = tmp_path / "lease", tmp_path / "release"
+    script = textwrap.dedent(
+        f"""
+        import ctypes, fcntl, os, threading, time
+        held = open({str(lock)!r}, "a+")
+        fcntl.flock(held, fcntl.LOCK_EX)
+        def wait_for_release():
+            while not os.path.exists({str(release)!r}):
+                time.sleep(0.05)
+        threading.Thread(target=wait_for_release).start()
+        print("holding", flush=True)
+        ctypes.CDLL(None).syscall(60, 0)  # SYS_exit (x86-64): ends this thread alone
+        """
+    )
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, start_new_session=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == b"holding\n"
+        deadline = time.monotonic() + 10
+        while _state(child.pid) != "Z" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert _state(child.pid) == "Z"  # the main thread is gone
+        with open(lock, "a+") as taker:
+            try:
+                fcntl.flock(taker, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                raise AssertionError("the lock was free while the process still had a thread")
+            except BlockingIOError:
+                pass
+        assert alive(child.pid)
+        assert [pid for pid, _ in group_members(child.pid)] == [child.pid]
+
+        release.touch()
+        while alive(child.pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not alive(child.pid) and not group_members(child.pid)
+        assert child.poll() is None or child.returncode == 0  # gone, maybe not reaped yet
+        with open(lock, "a+") as taker:
+            fcntl.flock(taker, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free once the last thread ended
+    finally:
+        release.touch()
+        child.wait(timeout=10)
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[-1].split()[0]
