@@ -136,6 +136,17 @@ def end_groups(groups: Mapping[int, str], *, timeout_s: float) -> list[int]:
     return ours
 
 
+def kill_spark_leftovers(pgid: int) -> list[int]:
+    """SIGKILL what is left of a Spark job's process group ``pgid`` (a JVM whose Python driver was
+    killed keeps running), touching only members whose command line names Spark: a recorded pid
+    reused by another program's group is left alone. The pids signalled."""
+    victims = [pid for pid, cmd in group_members(pgid) if "spark" in cmd.lower()]
+    for pid in victims:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return victims
+
+
 def stop_process_group(process: subprocess.Popen[bytes], *, timeout_s: float) -> None:
     """SIGTERM the group we started (graceful stop), SIGKILL it if it does not end in time.
 

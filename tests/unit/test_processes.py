@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -93,3 +94,36 @@ def test_a_process_whose_main_thread_exited_lives_while_another_thread_holds_its
 def _state(pid: int) -> str:
     with open(f"/proc/{pid}/stat") as stat:
         return stat.read().rsplit(")", 1)[-1].split()[0]
+
+
+def test_only_the_spark_processes_left_of_a_group_are_killed():
+    import time
+
+    from tidewater.processes import group_members, kill_spark_leftovers
+
+    other = "import time; time.sleep(60)"
+    leader = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {other!r}]); time.sleep(60)",
+            "org.apache.spark.deploy.SparkSubmit",
+        ],
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while len(group_members(leader.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        members = dict(group_members(leader.pid))
+        assert len(members) == 2
+        assert kill_spark_leftovers(leader.pid) == [leader.pid]
+        assert leader.wait(timeout=10) == -9
+        left = group_members(leader.pid)
+        assert [cmd for _, cmd in left] == [members[pid] for pid in members if pid != leader.pid]
+    finally:
+        for pid, _ in group_members(leader.pid):
+            os.kill(pid, 9)
+        if leader.poll() is None:
+            leader.kill()
+            leader.wait()

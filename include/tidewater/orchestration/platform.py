@@ -28,7 +28,7 @@ from tidewater.errors import ConfigError, TidewaterError, one_line
 from tidewater.json_files import read_json, write_json
 from tidewater.lake.locks import try_flock
 from tidewater.processes import alive as _alive
-from tidewater.processes import group_members, signal_group
+from tidewater.processes import kill_spark_leftovers
 
 if TYPE_CHECKING:
     from tidewater.pipelines import Pipeline
@@ -297,8 +297,8 @@ def stop_streams(settings: Settings) -> None:
 
 
 def end_stream_host(settings: Settings, *, timeout_s: float = 60.0) -> None:
-    """Wait for the stream host, which hosts no pipeline once they are all stopped, to leave; end what
-    is left of its process group after ``timeout_s``."""
+    """Wait for the stream host, which hosts no pipeline once they are all stopped, to leave; end the
+    Spark processes left of its process group after ``timeout_s``."""
     from tidewater.streaming.host_requests import HostFiles
 
     pid = HostFiles(settings.state_dir, settings.namespace).last_pid()
@@ -307,8 +307,7 @@ def end_stream_host(settings: Settings, *, timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
     while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.5)
-    if group_members(pid):
-        signal_group(pid, signal.SIGKILL)
+    kill_spark_leftovers(pid)
 
 
 def _terminate(pid: int, *, timeout_s: float = 15.0) -> None:

@@ -66,7 +66,7 @@ from tidewater.errors import ConfigError, TidewaterError
 from tidewater.json_files import read_json, write_json
 from tidewater.pipelines import get_pipeline
 from tidewater.pipelines.layout import PipelineLayout
-from tidewater.processes import alive, group_members, signal_group
+from tidewater.processes import alive, group_members, kill_spark_leftovers, signal_group
 from tidewater.streaming.checkpoint import lease_holder
 from tidewater.streaming.progress import read_json_lines_tail, read_progress
 from tidewater.streaming.start_gate import STATUS_FILE
@@ -589,9 +589,7 @@ class StreamControl:
         launched = driver.get("pid")
         if not launched or (driver.get("hosted") and self._host_is_up(int(launched))):
             return []  # a live stream host runs other pipelines
-        victims = [pid for pid, cmd in group_members(int(launched)) if "spark" in cmd.lower()]
-        for pid in victims:
-            _kill(pid, signal.SIGKILL)
+        victims = kill_spark_leftovers(int(launched))
         if victims:
             self._event("reap", pids=victims)
         return victims

@@ -17,13 +17,16 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQueryListener
-from pyspark.sql.streaming.listener import JStreamingQueryListener, QueryProgressEvent, StreamingQueryProgress
+from pyspark.sql.streaming.listener import JStreamingQueryListener
 
 from tidewater import phase_clock
 from tidewater.json_files import write_json
@@ -158,25 +161,17 @@ class ProgressFromJson(JStreamingQueryListener):
     such exception with ~80 more py4j calls, among them 14 ``isInstanceOf`` checks that each resolve
     py4j's ``TypeUtil`` a package at a time: class lookups that miss and read every jar. A stateful
     query's event took ~590 py4j calls, and a JFR recording of ads' job at 300 events/s had 16% of the
-    JVM's samples in those lookups."""
+    JVM's samples in those lookups. The listener is handed the parsed JSON (``on_progress_json``), not
+    PySpark's progress object built from it, which the recorder turned back into JSON to read."""
 
     def onQueryProgress(self, jevent: Any) -> None:
-        progress = StreamingQueryProgress.fromJson(json.loads(jevent.progress().json()))
-        self.pylistener.onQueryProgress(QueryProgressEvent(progress))
+        self.pylistener.on_progress_json(json.loads(jevent.progress().json()))
 
 
-class ProgressRecorder(StreamingQueryListener):
-    def __init__(self, directory: Path, retention: RetentionWatch | None = None, *, prefix: str = "") -> None:
-        """``prefix``: the start of the names of the queries this recorder follows (a session may run
-        several pipelines' queries, each pipeline with a recorder of its own; see tidewater.streaming.host)."""
-        self.directory = directory
-        self.prefix = prefix
-        self.retention = retention
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self._late_totals: dict[str, int] = {}
-        self._held_totals: dict[str, int] = {}
-        self._names: dict[str, str] = {}
-        self._jvm_side: Any = None
+class ProgressFromJsonListener(StreamingQueryListener):
+    """A listener whose events reach it through :class:`ProgressFromJson`: ``on_progress_json``."""
+
+    _jvm_side: Any = None
 
     @property
     def _jlistener(self) -> Any:
@@ -190,6 +185,25 @@ class ProgressRecorder(StreamingQueryListener):
             self._jvm_side = jvm.PythonStreamingQueryListenerWrapper(ProgressFromJson(self))
         return self._jvm_side
 
+    def onQueryProgress(self, event: Any) -> None:
+        self.on_progress_json(json.loads(event.progress.json))
+
+    def on_progress_json(self, progress: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+
+class ProgressRecorder(ProgressFromJsonListener):
+    def __init__(self, directory: Path, retention: RetentionWatch | None = None, *, prefix: str = "") -> None:
+        """``prefix``: the start of the names of the queries this recorder follows (a session may run
+        several pipelines' queries, each pipeline with a recorder of its own; see tidewater.streaming.host)."""
+        self.directory = directory
+        self.prefix = prefix
+        self.retention = retention
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._late_totals: dict[str, int] = {}
+        self._held_totals: dict[str, int] = {}
+        self._names: dict[str, str] = {}
+
     def path_for(self, name: str) -> Path:
         return self.directory / f"{name.rsplit('.', 1)[-1]}.json"
 
@@ -200,8 +214,8 @@ class ProgressRecorder(StreamingQueryListener):
             self._late_totals[event.name] = int((previous or {}).get("rows_dropped_by_watermark_total", 0))
             self._held_totals[event.name] = int((previous or {}).get("rows_held_ahead_of_clock_total", 0))
 
-    def onQueryProgress(self, event: Any) -> None:
-        progress = json.loads(event.progress.json)
+    def on_progress_json(self, progress: dict[str, Any]) -> None:
+        """Record one micro-batch's progress (Spark's JSON, parsed) of a query this recorder follows."""
         name = progress.get("name")
         if not name or not name.startswith(self.prefix):
             return
@@ -239,6 +253,74 @@ class ProgressRecorder(StreamingQueryListener):
         name = self._names.get(str(event.id))
         if name and event.exception:
             log.error("query %s failed: %s", name, str(event.exception).splitlines()[0])
+
+
+class ProgressRouter(ProgressFromJsonListener):
+    """A session's one listener for every pipeline it runs (the stream host runs several): each event
+    crosses py4j and is parsed once, then goes to the recorder whose prefix starts its query's name.
+    A listener per pipeline had every pipeline's event cross and be parsed by each of them."""
+
+    def __init__(self) -> None:
+        self._recorders: tuple[ProgressRecorder, ...] = ()  # replaced whole: the listener thread reads it
+        self._by_id: dict[str, ProgressRecorder] = {}
+
+    def add(self, recorder: ProgressRecorder) -> None:
+        self._recorders = (*self._recorders, recorder)
+
+    def remove(self, recorder: ProgressRecorder) -> bool:
+        """Stop routing to ``recorder``; whether no recorder is left."""
+        self._recorders = tuple(r for r in self._recorders if r is not recorder)
+        return not self._recorders
+
+    def _route(self, name: str | None) -> ProgressRecorder | None:
+        if not name:
+            return None
+        return next((r for r in self._recorders if name.startswith(r.prefix)), None)
+
+    def onQueryStarted(self, event: Any) -> None:
+        recorder = self._route(event.name)
+        if recorder is not None:
+            self._by_id[str(event.id)] = recorder
+            recorder.onQueryStarted(event)
+
+    def on_progress_json(self, progress: dict[str, Any]) -> None:
+        recorder = self._route(progress.get("name"))
+        if recorder is not None:
+            recorder.on_progress_json(progress)
+
+    def onQueryIdle(self, event: Any) -> None:
+        recorder = self._by_id.get(str(event.id))
+        if recorder is not None:
+            recorder.onQueryIdle(event)
+
+    def onQueryTerminated(self, event: Any) -> None:
+        recorder = self._by_id.pop(str(event.id), None)
+        if recorder is not None:
+            recorder.onQueryTerminated(event)
+
+
+_routers: weakref.WeakKeyDictionary[SparkSession, ProgressRouter] = weakref.WeakKeyDictionary()
+_routers_lock = threading.Lock()
+
+
+def follow_progress(spark: SparkSession, recorder: ProgressRecorder) -> None:
+    """Record the progress of ``recorder``'s queries in ``spark``, through the session's one router
+    (registered with the session by the first recorder)."""
+    with _routers_lock:
+        router = _routers.get(spark)
+        if router is None:
+            router = _routers[spark] = ProgressRouter()
+            spark.streams.addListener(router)
+        router.add(recorder)
+
+
+def unfollow_progress(spark: SparkSession, recorder: ProgressRecorder) -> None:
+    """Stop recording ``recorder``'s queries; the router leaves the session with its last recorder."""
+    with _routers_lock:
+        router = _routers.get(spark)
+        if router is not None and router.remove(recorder):
+            del _routers[spark]
+            spark.streams.removeListener(router)
 
 
 def read_progress(path: Path) -> dict[str, Any] | None:

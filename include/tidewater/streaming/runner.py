@@ -45,7 +45,7 @@ from tidewater.pipelines.base import Delivery, GoldQuery, GoldTable, Pipeline, S
 from tidewater.pipelines.layout import PipelineLayout
 from tidewater.spark import GOLD_POOL, SOURCES_POOL
 from tidewater.streaming.checkpoint import Checkpoint, claim, state_layout_hint
-from tidewater.streaming.progress import ProgressRecorder
+from tidewater.streaming.progress import ProgressRecorder, follow_progress, unfollow_progress
 from tidewater.streaming.retention import RetentionWatch
 from tidewater.streaming.start_gate import STATUS_FILE, StartGate, gate_path
 from tidewater.streaming.startup_workers import READ_PLANNING, STARTUP_WORKER_MODULES, ReadSources, StartupWorkers
@@ -190,7 +190,7 @@ class PipelineStreams:
             topics = [self.topic(source) for source in self.pipeline.sources]
             self._retention = RetentionWatch(self.settings, topics).start()
             self._listener = ProgressRecorder(self.layout.progress_dir(), self._retention, prefix=self.query_name(""))
-            self.spark.streams.addListener(self._listener)
+            follow_progress(self.spark, self._listener)
 
     def _claim(self, tier: Tier) -> Checkpoint:
         if tier.query not in self.checkpoints:
@@ -526,7 +526,7 @@ class PipelineStreams:
     def close(self) -> None:
         self.stop()
         if self._listener is not None and self.spark is not None:
-            self.spark.streams.removeListener(self._listener)
+            unfollow_progress(self.spark, self._listener)
             self._listener = None
         if self._retention is not None:
             self._retention.stop()
