@@ -78,9 +78,11 @@ from tidewater.pipelines import all_pipelines, get_pipeline
 from tidewater.pipelines.base import Pipeline
 from tidewater.pipelines.layout import PipelineLayout
 from tidewater.processes import Terminated, exit_on_sigterm, spark_child_env, stop_process_group
+from tidewater.runner_forkserver import WAITER_SCRIPT
 from tidewater.streaming.jobs import job_master, launch_stream_job
 from tidewater.streaming.startup_workers import READ_PLANNING, SOURCE_CREATION, SOURCE_LOOKUP, STARTUP_WORKER_MODULES
 from tidewater.times import parse_time
+from tidewater.warm_daemon import DAEMON_MODULES
 
 
 def session_parents(sid: int) -> dict[int, int]:
@@ -142,9 +144,11 @@ def process_role(argv: list[str], parent_argv: list[str]) -> str:
     program = os.path.basename(argv[0])
     if program == "java":
         return "JVM"
+    if argv[1:] == ["-c", WAITER_SCRIPT]:  # a runner's process waiting for its fork, as a shell
+        return "streaming-source runner"
     if "-m" in argv[:-1]:
         module, *arguments = argv[argv.index("-m") + 1 :]
-        if module == "pyspark.daemon":
+        if module in DAEMON_MODULES:
             worker_module = arguments[0] if arguments else "pyspark.worker"
             if parent_argv == argv:
                 return WORKER_ROLES.get(worker_module, f"{worker_module} worker")

@@ -21,7 +21,9 @@ from tidewater.orchestration.supervisor import DEAD, RUNNING, STOPPED, StreamCon
 from tidewater.pipelines import get_pipeline
 from tidewater.pipelines.layout import PipelineLayout
 from tidewater.processes import alive, children, group_members
+from tidewater.runner_forkserver import WAITER_SCRIPT
 from tidewater.streaming.host_requests import HostFiles
+from tidewater.warm_daemon import DAEMON_MODULES
 
 pytestmark = pytest.mark.slow
 
@@ -29,8 +31,12 @@ NAMES = ("payments", "rsvps")
 
 
 def task_worker_daemons(jvm_pid: int) -> list[int]:
-    """The JVM's Python daemons that fork task workers (``python -m pyspark.daemon pyspark.worker``)."""
-    return [pid for pid, command in children(jvm_pid) if command.rstrip().endswith("-m pyspark.daemon pyspark.worker")]
+    """The JVM's Python daemons that fork task workers (``python -m tidewater.warm_daemon pyspark.worker``)."""
+    return [
+        pid
+        for pid, command in children(jvm_pid)
+        if any(command.rstrip().endswith(f"-m {daemon} pyspark.worker") for daemon in DAEMON_MODULES)
+    ]
 
 
 def test_two_pipelines_in_one_host(kafka_settings, make_topic):
@@ -94,7 +100,7 @@ def test_two_pipelines_in_one_host(kafka_settings, make_topic):
         def runners() -> tuple[int, int] | None:
             commands = [command for _, command in group_members(first)]
             forks = sum("tidewater.runner_forkserver" in command for command in commands) - 1  # less the server
-            waiting = sum("python_streaming_source_runner" in command for command in commands)
+            waiting = sum(WAITER_SCRIPT in command for command in commands)  # each now a shell
             return (forks, waiting) if forks == waiting >= 4 else None  # two pipelines, two sources each at least
 
         wait_for(runners, timeout_s=60, what="every runner forked by the fork server", log=host.log_path)

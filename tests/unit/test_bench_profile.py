@@ -35,6 +35,8 @@ from bench_stream import (
     tree_order,
 )
 
+from tidewater.runner_forkserver import WAITER_SCRIPT
+
 
 def test_a_phase_timed_on_another_thread_is_listed_under_its_parent() -> None:
     ran = ["bronze", "bronze/read", "silver", "silver/already committed?", "bronze/commit", "silver/parse"]
@@ -68,6 +70,11 @@ def test_each_process_of_a_streaming_job_is_named_by_its_role() -> None:
     assert process_role(other, other) == "pyspark.sql.worker.some_new_module worker"
     runner = [PY, "-m", "pyspark.sql.streaming.python_streaming_source_runner"]
     assert process_role(runner, JVM) == "streaming-source runner"
+    waiting = ["/bin/sh", "-c", WAITER_SCRIPT]  # the same process once its fork serves the JVM
+    assert process_role(waiting, JVM) == "streaming-source runner"
+    warm = [PY, "-m", "tidewater.warm_daemon", "pyspark.worker"]
+    assert process_role(warm, JVM) == "Python daemon"
+    assert process_role(warm, warm) == "task worker"
     assert process_role([], JVM) == "other"
 
 

@@ -28,6 +28,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "tidewater.class_data",
             "tidewater.worker_start",
             "tidewater.runner_forkserver",
+            "tidewater.warm_daemon",
             "tidewater.faults",
             "tidewater.phase_clock",
             "tidewater.strict_json",

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,7 +27,9 @@ RUNNER_ARGV = [sys.executable, "-m", RUNNER_MODULE]
 
 
 class StandIn:
-    """Listens where the fork server of JVM ``jvm_pid`` would; answers each connection with ``replies``."""
+    """Listens where the fork server of JVM ``jvm_pid`` would; answers its one connection with the
+    forked runner's pid (``replies[0]``, binary) and, once ``release`` is set, its exit code (a line;
+    none: the server closes the connection as if it died)."""
 
     def __init__(self, jvm_pid: int, replies: list[int]) -> None:
         self.path = socket_path(jvm_pid)
@@ -35,6 +38,8 @@ class StandIn:
         self.listener.bind(self.path)
         self.listener.listen(1)
         self.replies = replies
+        self.release = threading.Event()
+        self.release.set()
         self.request: dict = {}
         self.fds = 0
         self.thread = threading.Thread(target=self._serve, daemon=True)
@@ -54,8 +59,10 @@ class StandIn:
         while len(body) < length:
             body += conn.recv(length - len(body))
         self.request = json.loads(body)
-        for reply in self.replies:
-            conn.sendall(struct.pack("!i", reply))
+        conn.sendall(struct.pack("!i", self.replies[0]))
+        self.release.wait(60)
+        for code in self.replies[1:]:
+            conn.sendall(b"%d\n" % code)
         conn.close()
 
     def close(self) -> None:
@@ -115,15 +122,36 @@ sys.exit(99)  # not reached when handed over: the waiter exits with the runner's
 """
 
 
-def test_a_handed_over_runner_exits_with_the_forks_code():
+def test_a_handed_over_runner_waits_as_a_shell_and_exits_with_the_forks_code():
     server = StandIn(os.getpid(), replies=[12345, 7])  # the waiter's parent is this process
+    server.release.clear()
     waiter = subprocess.Popen(
         [sys.executable, "-c", WAITER],
         env={**os.environ, "TIDEWATER_TEST_MARK": "seen"},
         stderr=subprocess.PIPE,
     )
+    try:
+        deadline = time.monotonic() + 30
+        while _argv(waiter.pid)[:1] != [runner_forkserver.SHELL] and time.monotonic() < deadline:
+            time.sleep(0.02)
+        # the same process, Spark's child with its pipes, now a shell: no Python interpreter held
+        assert _argv(waiter.pid) == [runner_forkserver.SHELL, "-c", runner_forkserver.WAITER_SCRIPT]
+    finally:
+        server.release.set()
     _, stderr = waiter.communicate(timeout=60)
     server.close()
     assert waiter.returncode == 7, stderr
     assert server.fds == 4  # its connection to the JVM, stdin, stdout, stderr
     assert server.request["waiter"] == waiter.pid and server.request["env"]["TIDEWATER_TEST_MARK"] == "seen"
+
+
+def test_a_waiter_whose_server_dies_exits_1():
+    server = StandIn(os.getpid(), replies=[12345])  # the forked pid, then the connection closes
+    waiter = subprocess.run([sys.executable, "-c", WAITER], capture_output=True, timeout=60)
+    server.close()
+    assert waiter.returncode == 1, waiter.stderr
+
+
+def _argv(pid: int) -> list[str]:
+    with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+        return [part.decode() for part in cmdline.read().split(b"\0") if part]
