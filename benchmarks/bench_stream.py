@@ -82,7 +82,6 @@ from tidewater.runner_forkserver import WAITER_SCRIPT
 from tidewater.streaming.jobs import job_master, launch_stream_job
 from tidewater.streaming.startup_workers import READ_PLANNING, SOURCE_CREATION, SOURCE_LOOKUP, STARTUP_WORKER_MODULES
 from tidewater.times import parse_time
-from tidewater.warm_daemon import DAEMON_MODULES
 
 
 def session_parents(sid: int) -> dict[int, int]:
@@ -148,7 +147,7 @@ def process_role(argv: list[str], parent_argv: list[str]) -> str:
         return "streaming-source runner"
     if "-m" in argv[:-1]:
         module, *arguments = argv[argv.index("-m") + 1 :]
-        if module in DAEMON_MODULES:
+        if module == "pyspark.daemon":
             worker_module = arguments[0] if arguments else "pyspark.worker"
             if parent_argv == argv:
                 return WORKER_ROLES.get(worker_module, f"{worker_module} worker")

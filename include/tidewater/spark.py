@@ -18,7 +18,6 @@ from pyspark.sql import SparkSession
 from tidewater import class_data
 from tidewater.config import Settings
 from tidewater.processes import scratch_dir, spark_child_env
-from tidewater.warm_daemon import MODULE as WARM_DAEMON
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
@@ -187,8 +186,6 @@ def session_conf(
         # slots (vending at 2,000 events/s: six on local[3], 528 MiB PSS; one pool: three, 307 MiB, and
         # the job's PSS 1.62 GB against 1.84-1.86). Every Python function's environment holds it now.
         "spark.executorEnv.SPARK_SIMPLIFIED_TRACEBACK": "1",
-        # Daemons that import what their workers import before forking them (tidewater.warm_daemon).
-        "spark.python.daemon.module": WARM_DAEMON,
         "spark.ui.showConsoleProgress": "false",
         "spark.log.level": "WARN",
     } | JOIN_STATE_FORMAT

@@ -6,17 +6,20 @@ imports pyspark alone; each forked worker then imports pyarrow, pandas, deltalak
 msgspec and tidewater's connectors itself. A task worker of ads at 2,000 events/s held 88 MiB of
 private memory, ~50 of it those imports, three of them on ``local[3]``.
 
-With ``spark.python.daemon.module=tidewater.warm_daemon`` (every tidewater session,
-:func:`tidewater.spark.session_conf`) the daemon imports :data:`PRELOAD` first, then runs pyspark's
-daemon unchanged: its workers share those modules' pages copy-on-write with it and with each other.
+Every daemon Spark starts imports :data:`PRELOAD` first (:func:`at_daemon_start`, called as its
+interpreter starts by :mod:`tidewater.worker_start`), then runs pyspark's daemon unchanged: its workers
+share those modules' pages copy-on-write with it and with each other. (Spark's
+``spark.python.daemon.module`` would name a daemon module of our own, but only for task workers: the
+daemons of the Python data sources' lookup, creation and read planning run ``pyspark.daemon`` whatever
+it says.)
 
 pyspark's daemon imports the worker module only after each fork because some imports start threads,
 and a forked child has only the thread that forked: a lock another thread held stays held. Here pyarrow
 and deltalake each start a jemalloc background thread, and numpy an OpenBLAS pool; the daemon turns
 those off for itself before importing (so do its workers, which inherit the allocators' state: jemalloc
 then returns freed pages as it allocates, not on a thread of its own), and checks that it still runs one
-thread. If an import started one anyway, it runs pyspark's own daemon instead (``exec``), cold, as
-without this module. ``TIDEWATER_WARM_DAEMON=false`` in the environment does that too.
+thread. If an import started one anyway, the daemon starts again (``exec``) cold, as without this
+module. ``TIDEWATER_WARM_DAEMON=false`` in the environment keeps every daemon cold.
 """
 
 from __future__ import annotations
@@ -25,8 +28,6 @@ import os
 import sys
 
 SWITCH = "TIDEWATER_WARM_DAEMON"  # "false": pyspark's daemon as Spark starts it
-MODULE = "tidewater.warm_daemon"
-DAEMON_MODULES = ("pyspark.daemon", MODULE)  # what a Spark Python daemon's command line runs (``-m``)
 # What a Spark Python worker of a tidewater job imports (its task workers map each of these).
 PRELOAD = (
     "pyspark.worker",
@@ -69,21 +70,17 @@ def warm_up(modules: tuple[str, ...] = PRELOAD) -> bool:
     for module in modules:
         try:
             importlib.import_module(module)
-        except ImportError:
+        except Exception:  # one that fails to import is left to the workers to import (and report)
             continue
     gc.collect()
     gc.freeze()  # the imports' objects stay out of the collector, so its passes leave their pages shared
     return threads() == 1
 
 
-def main() -> None:
-    if not switched_off(os.environ) and not warm_up():
-        # sys.argv[1:]: the worker module Spark names; pyspark's daemon reads it from sys.argv[1]
-        os.execv(sys.executable, [sys.executable, "-m", "pyspark.daemon", *sys.argv[1:]])
-    from pyspark import daemon
-
-    daemon.manager()
-
-
-if __name__ == "__main__":
-    main()
+def at_daemon_start(argv: list[str]) -> None:
+    """In a Spark Python daemon as its interpreter starts (``argv``: its command line): warm it up, or,
+    if an import started a thread, run it again cold (this never returns then)."""
+    if switched_off(os.environ) or warm_up():
+        return
+    os.environ[SWITCH] = "false"  # the daemon started again (and its workers) stay cold
+    os.execv(sys.executable, argv)

@@ -25,13 +25,18 @@ starts, and both worst on a busy 2-core host, where they make queries fail:
   socket to its first caller instead of connecting again. What is left inside the 10 s is the
   interpreter's own start (~20 ms idle).
 
-:func:`at_interpreter_start` runs both from a ``.pth`` file as an interpreter of the install starts
+A third change is not about starting: a daemon (``python -m pyspark.daemon <worker module>``, from
+which Spark forks the workers of one kind) imports what its workers will import before it forks any
+(:mod:`tidewater.warm_daemon`), so they share those pages.
+
+:func:`at_interpreter_start` runs all three from a ``.pth`` file as an interpreter of the install starts
 (:func:`install` writes it; ``scripts/bootstrap.sh`` runs that). The file's one line imports this module
 only in a process Spark started (``pyspark.zip`` on its ``PYTHONPATH``, or Spark's connect-back address in
 its environment). Anything unexpected leaves Spark's and pyspark's own ways to run as before: zips of
 another Spark, a pyspark whose ``worker_util`` has no such function, a refused connection or secret.
-``TIDEWATER_WORKER_START=spark`` in a process's environment switches both off. This module imports
-nothing of tidewater's: it runs in every Spark Python process.
+``TIDEWATER_WORKER_START=spark`` in a process's environment switches all three off. This module imports
+nothing of tidewater's at import time (a runner's fork server and a daemon's warm-up are imported where
+they are used): it runs in every Spark Python process.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import IO, Any
 
+DAEMON = "pyspark.daemon"  # Spark forks the workers of each kind from a daemon running this module
 SWITCH = "TIDEWATER_WORKER_START"  # "spark": start as Spark does, without this module's two changes
 PTH_NAME = "tidewater-worker-start.pth"
 # Where a process Spark started for one worker connects back to (a daemon gets neither).
@@ -97,7 +103,12 @@ def at_interpreter_start() -> None:
     _started = True
     try:
         use_installed_pyspark(sys.path)
-        if connect_at_start() and _connected is not None:
+        if worker_module(sys.orig_argv) == DAEMON:
+            # a daemon imports what its workers will before it forks them
+            from tidewater import warm_daemon
+
+            warm_daemon.at_daemon_start(list(sys.orig_argv))
+        elif connect_at_start() and _connected is not None:
             # a streaming-source runner hands its connection to its JVM's fork server, if it has one
             from tidewater import runner_forkserver
 

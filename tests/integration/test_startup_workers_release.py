@@ -20,7 +20,6 @@ from tidewater.streaming.startup_workers import (
     ReadSources,
     StartupWorkers,
 )
-from tidewater.warm_daemon import DAEMON_MODULES
 
 
 def startup_processes(jvm: int) -> dict[int, str]:
@@ -43,7 +42,7 @@ def startup_tree(jvm: int) -> dict[int, tuple[str, int]]:
                 parents[int(entry)] = int(handle.read().rsplit(")", 1)[1].split()[1])
         except (OSError, IndexError, ValueError):
             continue
-        if any(daemon in argv for daemon in DAEMON_MODULES) and argv[-1] in STARTUP_WORKER_MODULES:
+        if "pyspark.daemon" in argv and argv[-1] in STARTUP_WORKER_MODULES:
             modules[int(entry)] = argv[-1]
     daemons = {pid for pid in modules if parents[pid] == jvm}
     return {pid: (module, parents[pid]) for pid, module in modules.items() if pid in daemons or parents[pid] in daemons}

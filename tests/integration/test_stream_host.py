@@ -23,7 +23,6 @@ from tidewater.pipelines.layout import PipelineLayout
 from tidewater.processes import alive, children, group_members
 from tidewater.runner_forkserver import WAITER_SCRIPT
 from tidewater.streaming.host_requests import HostFiles
-from tidewater.warm_daemon import DAEMON_MODULES
 
 pytestmark = pytest.mark.slow
 
@@ -31,12 +30,8 @@ NAMES = ("payments", "rsvps")
 
 
 def task_worker_daemons(jvm_pid: int) -> list[int]:
-    """The JVM's Python daemons that fork task workers (``python -m tidewater.warm_daemon pyspark.worker``)."""
-    return [
-        pid
-        for pid, command in children(jvm_pid)
-        if any(command.rstrip().endswith(f"-m {daemon} pyspark.worker") for daemon in DAEMON_MODULES)
-    ]
+    """The JVM's Python daemons that fork task workers (``python -m pyspark.daemon pyspark.worker``)."""
+    return [pid for pid, command in children(jvm_pid) if command.rstrip().endswith("-m pyspark.daemon pyspark.worker")]
 
 
 def test_two_pipelines_in_one_host(kafka_settings, make_topic):

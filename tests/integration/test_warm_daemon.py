@@ -7,22 +7,35 @@ import struct
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+import pyspark
 import pytest
 from pyspark.sql import SparkSession
 
 from tidewater.processes import children
-from tidewater.warm_daemon import MODULE, SWITCH
+from tidewater.warm_daemon import SWITCH
+
+# Spark puts its pyspark.zip on every Python process's path: that is how the .pth hook knows Spark started it.
+SPARK_PYTHONPATH = str(Path(pyspark.__file__).parent / "python" / "lib" / "pyspark.zip")
 
 
-def start_daemon(**env: str) -> tuple[subprocess.Popen[bytes], int]:
-    """The daemon as Spark starts it (its worker module as argument, the JVM on its stdin); with the
+TASK_DAEMON = "-m pyspark.daemon pyspark.worker"
+
+
+def start_daemon(pythonpath: str = "", **env: str) -> tuple[subprocess.Popen[bytes], int]:
+    """A daemon as Spark starts one (its worker module as argument, the JVM on its stdin); with the
     port it listens on, which it writes to stdout once it is ready to fork."""
     daemon = subprocess.Popen(
-        [sys.executable, "-m", MODULE, "pyspark.worker"],
+        [sys.executable, "-m", "pyspark.daemon", "pyspark.worker"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
-        env={**os.environ, "PYTHON_WORKER_FACTORY_SECRET": "s", **env},
+        env={
+            **os.environ,
+            "PYTHON_WORKER_FACTORY_SECRET": "s",
+            "PYTHONPATH": os.pathsep.join(p for p in (pythonpath, SPARK_PYTHONPATH) if p),
+            **env,
+        },
     )
     assert daemon.stdout is not None
     port = struct.unpack("!i", daemon.stdout.read(4))[0]
@@ -38,8 +51,13 @@ def threads(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/task"))
 
 
+def environment(pid: int) -> dict[str, str]:
+    with open(f"/proc/{pid}/environ", "rb") as environ:
+        return dict(item.decode().split("=", 1) for item in environ.read().split(b"\0") if b"=" in item)
+
+
 @pytest.mark.parametrize("switch", ["", "false"])
-def test_the_daemon_is_warm_single_threaded_and_ends_with_its_jvm(switch: str) -> None:
+def test_a_daemon_is_warm_single_threaded_and_ends_with_its_jvm(switch: str) -> None:
     daemon, port = start_daemon(**{SWITCH: switch})
     try:
         assert port > 0
@@ -58,29 +76,23 @@ def test_the_daemon_is_warm_single_threaded_and_ends_with_its_jvm(switch: str) -
             daemon.wait()
 
 
-def test_a_daemon_whose_imports_start_a_thread_runs_pyspark_s_own(tmp_path) -> None:
-    """A fork copies only the forking thread: if an import started one, the daemon starts pyspark's
-    daemon in its place, cold."""
-    (tmp_path / "sitecustomize.py").write_text(  # a thread started as the warm daemon's interpreter starts
-        "import sys, threading, time\n"
-        f"if {MODULE!r} in sys.orig_argv:\n"
-        "    threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+def test_a_daemon_whose_imports_start_a_thread_starts_again_cold(tmp_path: Path) -> None:
+    """A fork copies only the forking thread: if an import started one, the daemon runs again, cold."""
+    (tmp_path / "msgspec.py").write_text(  # stands in for a preloaded module that starts a thread
+        "import threading, time\nthreading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
     )
-    path = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
-    daemon, port = start_daemon(PYTHONPATH=path)
+    daemon, port = start_daemon(str(tmp_path))
     try:
         assert port > 0
-        with open(f"/proc/{daemon.pid}/cmdline", "rb") as cmdline:
-            assert cmdline.read().split(b"\0")[1:4] == [b"-m", b"pyspark.daemon", b"pyspark.worker"]
+        assert environment(daemon.pid)[SWITCH] == "false"  # the same pid, started again
         assert threads(daemon.pid) == 1
+        assert "pyarrow" not in mapped_packages(daemon.pid)
     finally:
         daemon.kill()
         daemon.wait()
 
 
-def test_the_sessions_task_workers_fork_from_the_warm_daemon(spark: SparkSession) -> None:
-    """Every tidewater session names it (``spark.python.daemon.module``), and Spark runs it."""
-
+def test_the_sessions_task_workers_fork_from_a_warm_daemon(spark: SparkSession) -> None:
     def passthrough(batches):  # type: ignore[no-untyped-def]
         yield from batches
 
@@ -89,8 +101,8 @@ def test_the_sessions_task_workers_fork_from_the_warm_daemon(spark: SparkSession
     deadline = time.monotonic() + 10
     daemons: list[int] = []
     while not daemons and time.monotonic() < deadline:
-        daemons = [pid for pid, command in children(jvm) if command.rstrip().endswith(f"-m {MODULE} pyspark.worker")]
+        daemons = [pid for pid, command in children(jvm) if command.rstrip().endswith(TASK_DAEMON)]
         time.sleep(0.1)
     assert len(daemons) == 1
-    assert children(daemons[0]), "the task workers are the warm daemon's forks"
-    assert "deltalake" in mapped_packages(children(daemons[0])[0][0])
+    assert "deltalake" in mapped_packages(daemons[0])  # imported before any worker asked for it
+    assert children(daemons[0]), "the task workers are the daemon's forks"

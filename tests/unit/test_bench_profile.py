@@ -72,9 +72,6 @@ def test_each_process_of_a_streaming_job_is_named_by_its_role() -> None:
     assert process_role(runner, JVM) == "streaming-source runner"
     waiting = ["/bin/sh", "-c", WAITER_SCRIPT]  # the same process once its fork serves the JVM
     assert process_role(waiting, JVM) == "streaming-source runner"
-    warm = [PY, "-m", "tidewater.warm_daemon", "pyspark.worker"]
-    assert process_role(warm, JVM) == "Python daemon"
-    assert process_role(warm, warm) == "task worker"
     assert process_role([], JVM) == "other"
 
 
