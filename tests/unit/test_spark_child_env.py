@@ -1,4 +1,5 @@
-"""What every Spark process tidewater starts inherits: the venv's interpreter, loopback, Arrow's allocator."""
+"""What every Spark process tidewater starts inherits: the venv's interpreter, loopback, Arrow's allocator,
+large blocks given back as they are freed."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from tidewater.processes import ARROW_MEMORY_POOL, spark_child_env
+from tidewater.processes import ARROW_MEMORY_POOL, MALLOC_MMAP_THRESHOLD, spark_child_env
 
 
 def test_a_spark_child_runs_the_venv_s_python_on_loopback_and_the_operator_s_choices_win() -> None:
@@ -16,6 +17,7 @@ def test_a_spark_child_runs_the_venv_s_python_on_loopback_and_the_operator_s_cho
         "PYSPARK_DRIVER_PYTHON": sys.executable,
         "SPARK_LOCAL_IP": "127.0.0.1",
         "ARROW_DEFAULT_MEMORY_POOL": ARROW_MEMORY_POOL,
+        "MALLOC_MMAP_THRESHOLD_": MALLOC_MMAP_THRESHOLD,
     }
     chosen = {"ARROW_DEFAULT_MEMORY_POOL": "jemalloc", "SPARK_LOCAL_IP": "127.0.0.2"}
     assert spark_child_env(chosen).items() >= chosen.items()
@@ -33,3 +35,39 @@ def test_pyarrow_takes_its_allocator_from_that_environment() -> None:
         check=True,
     )
     assert printed.stdout.strip() == ARROW_MEMORY_POOL == "system"
+
+
+# In a child: allocate a large block, free it, allocate it again; how many blocks have pages of their own
+# (glibc's mallinfo2().hblks) more than before, after each step.
+LARGE_BLOCK_AGAIN = """
+import ctypes
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+libc.mallinfo2.restype = MallInfo2
+size = 8 << 20
+before = libc.mallinfo2().hblks
+block = libc.malloc(size)
+first = libc.mallinfo2().hblks - before
+libc.free(block)
+block = libc.malloc(size)
+print(first, libc.mallinfo2().hblks - before)
+"""
+
+
+def test_a_large_block_freed_and_taken_again_is_given_back_each_time() -> None:
+    """glibc's default raises its threshold to a freed large block's size, so the next one comes from
+    its heap and stays there once freed; with the child environment's threshold it never does."""
+
+    def blocks(env: dict[str, str]) -> list[int]:
+        ran = subprocess.run(
+            [sys.executable, "-c", LARGE_BLOCK_AGAIN], env=env, capture_output=True, text=True, timeout=60, check=True
+        )
+        return [int(n) for n in ran.stdout.split()]
+
+    default = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    assert blocks(default) == [1, 0]  # the second 8 MiB block: from the heap
+    assert blocks({**default, **spark_child_env({})}) == [1, 1]  # pages of its own again
