@@ -213,6 +213,9 @@ ARROW_MEMORY_POOL = "system"
 # 1M, 2026-12-01 (1 MiB, glibc's default): PSS 1.71 / 2.07 GB and 1.79 / 2.04 GB, the driver 333 / 480
 # MiB, the two task workers 279 / 451 MiB; 36,621 / 40,397 and 42,089 / 40,285 events/s.
 MALLOC_MMAP_THRESHOLD = str(1 << 20)
+# What spark_child_env sets for Spark's processes alone: measured there, not in Airflow's (whose
+# environment passes the rest on to the tasks that start Spark jobs, and those jobs set it themselves).
+SPARK_PROCESSES_ONLY = frozenset({"MALLOC_MMAP_THRESHOLD_"})
 
 
 def spark_child_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -71,3 +71,16 @@ def test_a_large_block_freed_and_taken_again_is_given_back_each_time() -> None:
     default = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
     assert blocks(default) == [1, 0]  # the second 8 MiB block: from the heap
     assert blocks({**default, **spark_child_env({})}) == [1, 1]  # pages of its own again
+
+
+def test_airflows_own_processes_keep_glibcs_default_and_the_spark_jobs_they_start_do_not(tmp_path) -> None:
+    """Measured for Spark's processes only: Airflow's components run without it, and a job a task
+    starts (its environment Airflow's) still gets it from spark_child_env."""
+    from tidewater.config import Settings
+    from tidewater.orchestration.airflow_env import airflow_environment, ensure_secrets
+
+    settings = Settings(state_dir=str(tmp_path))
+    airflow = airflow_environment(settings, ensure_secrets(settings))
+    assert "MALLOC_MMAP_THRESHOLD_" not in airflow
+    assert airflow["ARROW_DEFAULT_MEMORY_POOL"] == ARROW_MEMORY_POOL
+    assert spark_child_env(airflow)["MALLOC_MMAP_THRESHOLD_"] == MALLOC_MMAP_THRESHOLD

@@ -21,7 +21,7 @@ from cryptography.fernet import Fernet
 from tidewater.config import Settings
 from tidewater.errors import ConfigError
 from tidewater.paths import dags_folder, plugins_folder
-from tidewater.processes import spark_child_env
+from tidewater.processes import SPARK_PROCESSES_ONLY, spark_child_env
 
 ADMIN_USER = "admin"
 SECRETS_FILE = "tidewater-secrets.json"
@@ -135,7 +135,7 @@ def airflow_environment(settings: Settings, airflow_secrets: AirflowSecrets) -> 
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(spark_conn),
         # spark-submit, airflow and the venv interpreter first on PATH; Spark's Python is the venv's.
         "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",
-        **spark_child_env(),
+        **{name: value for name, value in spark_child_env().items() if name not in SPARK_PROCESSES_ONLY},
         "NO_PROXY": "127.0.0.1,localhost",
         "no_proxy": "127.0.0.1,localhost",
     }
