@@ -146,7 +146,9 @@ def _wait_in_shell(server: socket.socket) -> None:
     if not os.access(SHELL, os.X_OK):
         return
     try:
-        os.dup2(server.fileno(), WAITER_FD)  # inheritable: the shell reads it
+        if server.fileno() != WAITER_FD:
+            os.dup2(server.fileno(), WAITER_FD)
+        os.set_inheritable(WAITER_FD, True)  # the shell reads it (dup2 onto itself would keep close-on-exec)
         os.execv(SHELL, [SHELL, "-c", WAITER_SCRIPT])
     except OSError:
         return
