@@ -138,13 +138,14 @@ def end_groups(groups: Mapping[int, str], *, timeout_s: float) -> list[int]:
 
 def kill_spark_leftovers(pgid: int) -> list[int]:
     """SIGKILL what is left of a Spark job's process group ``pgid`` (a JVM whose Python driver was
-    killed keeps running), touching only members whose command line names Spark: a recorded pid
-    reused by another program's group is left alone. The pids signalled."""
-    victims = [pid for pid, cmd in group_members(pgid) if "spark" in cmd.lower()]
-    for pid in victims:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    return victims
+    killed keeps running; the runners' fork server, its forks and their waiting shells go with it) if
+    one of its members still names Spark: a recorded pid reused by another program's group is left
+    alone. The pids signalled."""
+    members = group_members(pgid)
+    if not any("spark" in cmd.lower() for _, cmd in members):
+        return []
+    signal_group(pgid, signal.SIGKILL)
+    return [pid for pid, _ in members]
 
 
 def stop_process_group(process: subprocess.Popen[bytes], *, timeout_s: float) -> None:

@@ -96,34 +96,44 @@ def _state(pid: int) -> str:
         return stat.read().rsplit(")", 1)[-1].split()[0]
 
 
-def test_only_the_spark_processes_left_of_a_group_are_killed():
+def test_what_is_left_of_a_spark_group_is_killed_and_another_programs_group_is_not():
     import time
 
     from tidewater.processes import group_members, kill_spark_leftovers
 
     other = "import time; time.sleep(60)"
-    leader = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {other!r}]); time.sleep(60)",
-            "org.apache.spark.deploy.SparkSubmit",
-        ],
-        start_new_session=True,
-    )
+    leaders = []
     try:
+        for name in ("org.apache.spark.deploy.SparkSubmit", "some-other-program"):
+            leaders.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-c",
+                        f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {other!r}]); "
+                        "time.sleep(60)",
+                        name,
+                    ],
+                    start_new_session=True,
+                )
+            )
         deadline = time.monotonic() + 10
-        while len(group_members(leader.pid)) < 2 and time.monotonic() < deadline:
+        while any(len(group_members(leader.pid)) < 2 for leader in leaders) and time.monotonic() < deadline:
             time.sleep(0.05)
-        members = dict(group_members(leader.pid))
+        spark, unrelated = leaders
+        members = sorted(pid for pid, _ in group_members(spark.pid))
         assert len(members) == 2
-        assert kill_spark_leftovers(leader.pid) == [leader.pid]
-        assert leader.wait(timeout=10) == -9
-        left = group_members(leader.pid)
-        assert [cmd for _, cmd in left] == [members[pid] for pid in members if pid != leader.pid]
+        assert sorted(kill_spark_leftovers(spark.pid)) == members  # its child without "spark" too
+        assert spark.wait(timeout=10) == -9
+        while group_members(spark.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not group_members(spark.pid)
+        assert kill_spark_leftovers(unrelated.pid) == []  # a reused pid's group is not ours
+        assert len(group_members(unrelated.pid)) == 2
     finally:
-        for pid, _ in group_members(leader.pid):
-            os.kill(pid, 9)
-        if leader.poll() is None:
-            leader.kill()
+        for leader in leaders:
+            for pid, _ in group_members(leader.pid):
+                os.kill(pid, 9)
+            if leader.poll() is None:
+                leader.kill()
             leader.wait()
