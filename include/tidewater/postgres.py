@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tidewater.errors import TidewaterError
+from tidewater.processes import alive
 
 START_TIMEOUT_S = 60
 
@@ -138,11 +139,7 @@ class LocalPostgres:
 
     def running(self, pid: int) -> bool:
         """Whether ``pid`` is a live process (an exited one waiting to be reaped does not count)."""
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            return False
-        return state not in ("Z", "X")
+        return alive(pid)
 
     def stop(self) -> None:
         """Stop the server this object started (fast shutdown; the postmaster killed if that fails)."""

@@ -28,10 +28,16 @@ def alive(pid: int) -> bool:
     except PermissionError:
         return True
     try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return _running(pid, stat.read().rsplit(")", 1)[-1].split()[0])
+        return _running(pid, _stat_fields(f"/proc/{pid}/stat")[0])
     except OSError:
         return True
+
+
+def _stat_fields(path: str) -> list[str]:
+    """The fields of a ``/proc/<pid>[/task/<tid>]/stat`` after the command's name (which may hold
+    spaces and parentheses): state, ppid, pgrp, ..."""
+    with open(path) as stat:
+        return stat.read().rsplit(")", 1)[1].split()
 
 
 def _running(pid: int, state: str) -> bool:
@@ -48,9 +54,8 @@ def _running(pid: int, state: str) -> bool:
     with threads:
         for thread in threads:
             try:
-                with open(f"{thread.path}/stat") as stat:
-                    if stat.read().rsplit(")", 1)[-1].split()[0] not in ("Z", "X"):
-                        return True
+                if _stat_fields(f"{thread.path}/stat")[0] not in ("Z", "X"):
+                    return True
             except (OSError, IndexError):
                 continue
     return False
@@ -63,11 +68,11 @@ def signal_group(pgid: int, sig: int) -> None:
 
 
 def command_line(pid: int) -> str | None:
-    """``pid``'s command line, arguments joined by spaces; None when it is gone or a zombie."""
+    """``pid``'s command line, arguments joined by spaces; None when it is gone (a zombie whose
+    threads have all exited)."""
     try:
-        with open(f"/proc/{pid}/stat") as stat:
-            if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
-                return None
+        if not _running(pid, _stat_fields(f"/proc/{pid}/stat")[0]):
+            return None
         with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
             return cmdline.read().replace(b"\0", b" ").decode(errors="replace")
     except (OSError, IndexError):
@@ -92,8 +97,7 @@ def _live_processes(wanted: Callable[[list[str]], bool]) -> list[tuple[int, str]
         if not entry.name.isdigit():
             continue
         try:
-            with open(f"/proc/{entry.name}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
+            fields = _stat_fields(f"/proc/{entry.name}/stat")
             if not wanted(fields) or not _running(int(entry.name), fields[0]):
                 continue
             with open(f"/proc/{entry.name}/cmdline", "rb") as cmdline:
