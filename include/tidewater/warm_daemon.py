@@ -20,6 +20,11 @@ those off for itself before importing (so do its workers, which inherit the allo
 then returns freed pages as it allocates, not on a thread of its own), and checks that it still runs one
 thread. If an import started one anyway, the daemon starts again (``exec``) cold, as without this
 module. ``TIDEWATER_WARM_DAEMON=false`` in the environment keeps every daemon cold.
+
+The workers that start Python data-source queries (:data:`STARTUP_WORKER_MODULES`: source lookup,
+creation, read planning) each serve one call: :func:`serve_one_call_each`. Spark would keep each idle in
+its pool until a minute after its factory's last use, and the read planning of several queries starting
+together leaves several: four of ~37 MiB PSS each at the peak of an ads drain.
 """
 
 from __future__ import annotations
@@ -47,6 +52,14 @@ SINGLE_THREADED_IMPORTS = {
     "_RJEM_MALLOC_CONF": "background_thread:false",
     "OPENBLAS_NUM_THREADS": "1",
 }
+
+
+# Spark's workers that start Python data-source queries: one finds the registered sources, one creates a
+# source at ``load()``, one plans a source's read at its query's first micro-batch with data.
+SOURCE_LOOKUP = "pyspark.sql.worker.lookup_data_sources"
+SOURCE_CREATION = "pyspark.sql.worker.create_data_source"
+READ_PLANNING = "pyspark.sql.worker.plan_data_source_read"
+STARTUP_WORKER_MODULES = (SOURCE_LOOKUP, SOURCE_CREATION, READ_PLANNING)
 
 
 def switched_off(environ: os._Environ[str] | dict[str, str]) -> bool:
@@ -77,9 +90,30 @@ def warm_up(modules: tuple[str, ...] = PRELOAD) -> bool:
     return threads() == 1
 
 
+def serve_one_call_each() -> None:
+    """Make this daemon's workers ask the JVM not to reuse them once they have answered.
+
+    A planner worker (pyspark's ``sql.worker.utils.worker_run``) ends by echoing the JVM's end of stream,
+    upon which the JVM puts the worker in its pool of idle workers; it answers "end of data section"
+    instead when its stream did not end cleanly, upon which the JVM destroys the worker (it tells the
+    daemon, which kills it) rather than reuse it. This sends the latter after a clean end. The next call
+    forks a new worker from the daemon, which costs milliseconds; the daemons themselves are stopped by
+    the streaming job (:mod:`tidewater.streaming.startup_workers`)."""
+    from pyspark.serializers import SpecialLengths, write_int
+    from pyspark.sql.worker import utils
+
+    def write_int_not_reusable(value: int, stream: object) -> None:
+        write_int(SpecialLengths.END_OF_DATA_SECTION if value == SpecialLengths.END_OF_STREAM else value, stream)
+
+    utils.write_int = write_int_not_reusable  # worker_run looks it up at its end: its workers fork after this
+
+
 def at_daemon_start(argv: list[str]) -> None:
-    """In a Spark Python daemon as its interpreter starts (``argv``: its command line): warm it up, or,
-    if an import started a thread, run it again cold (this never returns then)."""
+    """In a Spark Python daemon as its interpreter starts (``argv``: its command line): make start-up
+    workers serve one call each, and warm it up, or, if an import started a thread, run it again cold
+    (this never returns then)."""
+    if argv[-1] in STARTUP_WORKER_MODULES:
+        serve_one_call_each()
     if switched_off(os.environ) or warm_up():
         return
     os.environ[SWITCH] = "false"  # the daemon started again (and its workers) stay cold

@@ -14,7 +14,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from tidewater.processes import children
-from tidewater.warm_daemon import SWITCH
+from tidewater.warm_daemon import READ_PLANNING, SOURCE_CREATION, SWITCH
 
 # Spark puts its pyspark.zip on every Python process's path: that is how the .pth hook knows Spark started it.
 SPARK_PYTHONPATH = str(Path(pyspark.__file__).parent / "python" / "lib" / "pyspark.zip")
@@ -106,3 +106,40 @@ def test_the_sessions_task_workers_fork_from_a_warm_daemon(spark: SparkSession) 
     assert len(daemons) == 1
     assert "deltalake" in mapped_packages(daemons[0])  # imported before any worker asked for it
     assert children(daemons[0]), "the task workers are the daemon's forks"
+
+
+def test_start_up_workers_end_once_they_have_answered(spark: SparkSession) -> None:
+    """A Python data source's creation and read planning each run in a worker that ends after its call,
+    not one Spark keeps idle for a minute; the next call forks another."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader
+
+    class NumbersReader(DataSourceReader):
+        def read(self, partition):  # type: ignore[no-untyped-def]
+            yield from ((n,) for n in range(10))
+
+    class Numbers(DataSource):  # defined here, so it is pickled by value for the workers
+        @classmethod
+        def name(cls) -> str:
+            return "tidewater-test-numbers"
+
+        def schema(self) -> str:
+            return "n int"
+
+        def reader(self, schema):  # type: ignore[no-untyped-def]
+            return NumbersReader()
+
+    spark.dataSource.register(Numbers)
+    jvm = int(spark._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[attr-defined]
+    for _ in range(2):  # a second round: its calls fork new workers from the same daemons
+        assert spark.read.format("tidewater-test-numbers").load().count() == 10
+        daemons = {
+            module: pid
+            for pid, command in children(jvm)
+            for module in (SOURCE_CREATION, READ_PLANNING)
+            if command.rstrip().endswith(f"-m pyspark.daemon {module}")
+        }
+        assert set(daemons) == {SOURCE_CREATION, READ_PLANNING}
+        deadline = time.monotonic() + 10
+        while any(children(pid) for pid in daemons.values()):  # Spark would keep them idle for 60 s
+            assert time.monotonic() < deadline, {module: children(pid) for module, pid in daemons.items()}
+            time.sleep(0.2)

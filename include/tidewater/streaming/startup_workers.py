@@ -4,10 +4,11 @@ To start a query on a Python data source, the driver's JVM runs three kinds of P
 forked from a daemon of its own kind (:data:`STARTUP_WORKER_MODULES`): one finds the registered
 sources, one creates the source when ``load()`` is called, one plans the source's read at its first
 micro-batch with data (``PythonMicroBatchStream.readInfo`` is lazy, so once per source of a query).
-Spark then keeps each worker idle in its pool until a fixed 60 s after its last use
-(``PythonWorkerFactory``; not configurable), and keeps the three daemons for the job's life. On
-2 cores with 1 GB targets that is a lot: measured with rsvps (three queries planning together),
-~300 MiB PSS of idle workers in the job's first minute and ~94 MiB of daemons for good.
+Spark would keep each worker idle in its pool until a fixed 60 s after its last use
+(``PythonWorkerFactory``; not configurable): measured with rsvps (three queries planning together),
+~300 MiB PSS of idle workers in the job's first minute. Each now ends once it has answered
+(:func:`tidewater.warm_daemon.serve_one_call_each`); Spark still keeps the three daemons for the job's
+life (~94 MiB with rsvps).
 
 :class:`StartupWorkers` stops those factories' daemons through Spark's own
 ``PythonWorkerFactory.stopDaemon`` (it closes the idle workers, ends the daemon and forgets it), so
@@ -31,13 +32,18 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from tidewater.errors import one_line
+from tidewater.warm_daemon import READ_PLANNING, SOURCE_CREATION, SOURCE_LOOKUP, STARTUP_WORKER_MODULES
 
 log = logging.getLogger(__name__)
 
-SOURCE_LOOKUP = "pyspark.sql.worker.lookup_data_sources"
-SOURCE_CREATION = "pyspark.sql.worker.create_data_source"
-READ_PLANNING = "pyspark.sql.worker.plan_data_source_read"
-STARTUP_WORKER_MODULES = (SOURCE_LOOKUP, SOURCE_CREATION, READ_PLANNING)
+__all__ = [
+    "READ_PLANNING",
+    "SOURCE_CREATION",
+    "SOURCE_LOOKUP",
+    "STARTUP_WORKER_MODULES",
+    "ReadSources",
+    "StartupWorkers",
+]
 
 
 class ReadSources:
