@@ -14,7 +14,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from tidewater.processes import children
-from tidewater.warm_daemon import READ_PLANNING, SOURCE_CREATION, SWITCH
+from tidewater.warm_daemon import READ_PLANNING, SWITCH
 
 # Spark puts its pyspark.zip on every Python process's path: that is how the .pth hook knows Spark started it.
 SPARK_PYTHONPATH = str(Path(pyspark.__file__).parent / "python" / "lib" / "pyspark.zip")
@@ -108,9 +108,9 @@ def test_the_sessions_task_workers_fork_from_a_warm_daemon(spark: SparkSession) 
     assert children(daemons[0]), "the task workers are the daemon's forks"
 
 
-def test_start_up_workers_end_once_they_have_answered(spark: SparkSession) -> None:
-    """A Python data source's creation and read planning each run in a worker that ends after its call,
-    not one Spark keeps idle for a minute; the next call forks another."""
+def test_read_planning_workers_end_once_they_have_answered(spark: SparkSession) -> None:
+    """A Python data source's read is planned in a worker that ends after its call, not one Spark keeps
+    idle for a minute, forked from a cold daemon; the next plan forks another."""
     from pyspark.sql.datasource import DataSource, DataSourceReader
 
     class NumbersReader(DataSourceReader):
@@ -130,16 +130,14 @@ def test_start_up_workers_end_once_they_have_answered(spark: SparkSession) -> No
 
     spark.dataSource.register(Numbers)
     jvm = int(spark._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[attr-defined]
-    for _ in range(2):  # a second round: its calls fork new workers from the same daemons
+    for _ in range(2):  # a second round: its plan forks a new worker from the same daemon
         assert spark.read.format("tidewater-test-numbers").load().count() == 10
-        daemons = {
-            module: pid
-            for pid, command in children(jvm)
-            for module in (SOURCE_CREATION, READ_PLANNING)
-            if command.rstrip().endswith(f"-m pyspark.daemon {module}")
-        }
-        assert set(daemons) == {SOURCE_CREATION, READ_PLANNING}
+        daemons = [
+            pid for pid, command in children(jvm) if command.rstrip().endswith(f"-m pyspark.daemon {READ_PLANNING}")
+        ]
+        assert len(daemons) == 1
+        assert "deltalake" not in mapped_packages(daemons[0])  # cold: no worker would share its pages
         deadline = time.monotonic() + 10
-        while any(children(pid) for pid in daemons.values()):  # Spark would keep them idle for 60 s
-            assert time.monotonic() < deadline, {module: children(pid) for module, pid in daemons.items()}
+        while children(daemons[0]):  # Spark would keep it idle for 60 s
+            assert time.monotonic() < deadline, children(daemons[0])
             time.sleep(0.2)
