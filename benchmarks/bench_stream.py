@@ -77,7 +77,7 @@ from tidewater.orchestration.assets import job_result
 from tidewater.pipelines import all_pipelines, get_pipeline
 from tidewater.pipelines.base import Pipeline
 from tidewater.pipelines.layout import PipelineLayout
-from tidewater.processes import Terminated, exit_on_sigterm, spark_child_env, stop_process_group
+from tidewater.processes import Terminated, exit_on_sigterm, spark_child_env, stat_fields, stop_process_group
 from tidewater.runner_forkserver import WAITER_SCRIPT
 from tidewater.streaming.jobs import job_master, launch_stream_job
 from tidewater.streaming.startup_workers import READ_PLANNING, SOURCE_CREATION, SOURCE_LOOKUP, STARTUP_WORKER_MODULES
@@ -91,8 +91,7 @@ def session_parents(sid: int) -> dict[int, int]:
         if not entry.isdigit():
             continue
         try:
-            with open(f"/proc/{entry}/stat") as handle:
-                fields = handle.read().rsplit(")", 1)[1].split()
+            fields = stat_fields(f"/proc/{entry}/stat")
             if int(fields[3]) == sid:  # fields 4 and 6 of stat: parent pid, session id
                 parents[int(entry)] = int(fields[1])
         except (OSError, IndexError, ValueError):
@@ -1093,7 +1092,7 @@ def machine_line(runs: list[dict[str, Any]]) -> str | None:
 def cpu_seconds(pid: int | None) -> float | None:
     """CPU time (user + system) process ``pid`` used so far, or None if it is not there to read."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        fields = stat_fields(f"/proc/{pid}/stat")
     except (OSError, IndexError):
         return None
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

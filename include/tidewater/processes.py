@@ -28,12 +28,12 @@ def alive(pid: int) -> bool:
     except PermissionError:
         return True
     try:
-        return _running(pid, _stat_fields(f"/proc/{pid}/stat")[0])
+        return _running(pid, stat_fields(f"/proc/{pid}/stat")[0])
     except OSError:
         return True
 
 
-def _stat_fields(path: str) -> list[str]:
+def stat_fields(path: str) -> list[str]:
     """The fields of a ``/proc/<pid>[/task/<tid>]/stat`` after the command's name (which may hold
     spaces and parentheses): state, ppid, pgrp, ..."""
     with open(path) as stat:
@@ -54,7 +54,7 @@ def _running(pid: int, state: str) -> bool:
     with threads:
         for thread in threads:
             try:
-                if _stat_fields(f"{thread.path}/stat")[0] not in ("Z", "X"):
+                if stat_fields(f"{thread.path}/stat")[0] not in ("Z", "X"):
                     return True
             except (OSError, IndexError):
                 continue
@@ -71,7 +71,7 @@ def command_line(pid: int) -> str | None:
     """``pid``'s command line, arguments joined by spaces; None when it is gone (a zombie whose
     threads have all exited)."""
     try:
-        if not _running(pid, _stat_fields(f"/proc/{pid}/stat")[0]):
+        if not _running(pid, stat_fields(f"/proc/{pid}/stat")[0]):
             return None
         with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
             return cmdline.read().replace(b"\0", b" ").decode(errors="replace")
@@ -97,7 +97,7 @@ def _live_processes(wanted: Callable[[list[str]], bool]) -> list[tuple[int, str]
         if not entry.name.isdigit():
             continue
         try:
-            fields = _stat_fields(f"/proc/{entry.name}/stat")
+            fields = stat_fields(f"/proc/{entry.name}/stat")
             if not wanted(fields) or not _running(int(entry.name), fields[0]):
                 continue
             with open(f"/proc/{entry.name}/cmdline", "rb") as cmdline:
