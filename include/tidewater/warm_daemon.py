@@ -26,9 +26,9 @@ its sources' reads once, at its first micro-batch with data, in a worker Spark w
 until a minute after its factory's last use; queries starting together leave several (four of ~37 MiB
 PSS at the peak of an ads drain). Here each ends once it has answered (:func:`serve_one_call_each`), so
 a warm daemon would share its pages with no one: it held ~94 MiB PSS alone, a cold one ~26. Measured
-draining ads (1M events, interleaved): PSS at the peak 2.03 / 2.05 GB as Spark runs them, 1.98 / 1.97
-with one-call cold planners (1.98 / 1.95 with one-call warm ones); each planning worker imports what
-it needs itself (~0.3-0.5 s, once per source of a query).
+draining ads (1M events, interleaved, README): PSS at the peak 2.03 / 2.05 GB as Spark runs planners,
+1.98 / 1.95 with one-call planners from a warm daemon, 1.98 / 1.97 from cold daemons; each planning
+worker imports what it needs itself (~0.3-0.5 s, once per source of a query).
 """
 
 from __future__ import annotations
