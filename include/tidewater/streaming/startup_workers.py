@@ -6,9 +6,10 @@ sources, one creates the source when ``load()`` is called, one plans the source'
 micro-batch with data (``PythonMicroBatchStream.readInfo`` is lazy, so once per source of a query).
 Spark would keep each worker idle in its pool until a fixed 60 s after its last use
 (``PythonWorkerFactory``; not configurable): measured with rsvps (three queries planning together),
-~300 MiB PSS of idle workers in the job's first minute. Each now ends once it has answered
-(:func:`tidewater.warm_daemon.serve_one_call_each`); Spark still keeps the three daemons for the job's
-life (~94 MiB with rsvps).
+~300 MiB PSS of idle workers in the job's first minute. Read planning's workers now end once they
+have answered (:func:`tidewater.warm_daemon.serve_one_call_each`); lookup's and creation's stay idle
+(one of each: they run one after the other inside ``load()``), and Spark keeps the three daemons for
+the job's life (~94 MiB with rsvps).
 
 :class:`StartupWorkers` stops those factories' daemons through Spark's own
 ``PythonWorkerFactory.stopDaemon`` (it closes the idle workers, ends the daemon and forgets it), so
