@@ -217,9 +217,9 @@ def by_role(processes: list[tuple[str, int]]) -> dict[str, list[float]]:
 
 
 # Processes Spark starts for a Python data source while queries start (finding, creating and planning
-# their reads), idle after it. Spark ends them a minute after their last use (PythonWorkerFactory's fixed
-# idle timeout) and keeps their daemons; the job stops both sooner (tidewater.streaming.startup_workers,
-# TIDEWATER_RELEASE_STARTUP_WORKERS).
+# their reads). Planners end after their call (tidewater.warm_daemon); Spark ends the others a minute
+# after their last use (PythonWorkerFactory's fixed idle timeout) and keeps the daemons; the job stops
+# both sooner (tidewater.streaming.startup_workers, TIDEWATER_RELEASE_STARTUP_WORKERS).
 STARTUP_ROLES = frozenset(WORKER_ROLES[module] for module in STARTUP_WORKER_MODULES)
 
 

@@ -13,6 +13,7 @@ from kafka import KafkaProducer
 from pyspark.sql import DataFrame, SparkSession
 
 from tidewater.broker import EmbeddedBroker
+from tidewater.processes import stat_fields
 from tidewater.streaming.startup_workers import (
     READ_PLANNING,
     SOURCE_CREATION,
@@ -38,8 +39,7 @@ def startup_tree(jvm: int) -> dict[int, tuple[str, int]]:
         try:
             with open(f"/proc/{entry}/cmdline", "rb") as handle:
                 argv = [part.decode(errors="replace") for part in handle.read().split(b"\0") if part]
-            with open(f"/proc/{entry}/stat") as handle:
-                parents[int(entry)] = int(handle.read().rsplit(")", 1)[1].split()[1])
+            parents[int(entry)] = int(stat_fields(f"/proc/{entry}/stat")[1])
         except (OSError, IndexError, ValueError):
             continue
         if "pyspark.daemon" in argv and argv[-1] in STARTUP_WORKER_MODULES:

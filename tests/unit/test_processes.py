@@ -92,8 +92,9 @@ def test_a_process_whose_main_thread_exited_lives_while_another_thread_holds_its
 
 
 def _state(pid: int) -> str:
-    with open(f"/proc/{pid}/stat") as stat:
-        return stat.read().rsplit(")", 1)[-1].split()[0]
+    from tidewater.processes import stat_fields
+
+    return stat_fields(f"/proc/{pid}/stat")[0]
 
 
 def test_what_is_left_of_a_spark_group_is_killed_and_another_programs_group_is_not():
