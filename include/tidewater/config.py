@@ -382,6 +382,11 @@ class Settings:
     # query per gold table. Changing it starts the gold queries it regroups from new checkpoints.
     gold_shared_queries: bool = setting(True, Flag())
     max_offsets_per_trigger: int = setting(200_000, Range(ge=1, le=2**31 - 1))
+    # Silver rows a gold micro-batch reads at most (the Delta source's maxRowsPerTrigger, a soft bound), so
+    # a gold query catching up on a backlog holds a slice of it at a time in its sort and state calls.
+    # Above a drain's gold micro-batches: bounding vending's at 200,000 left its drain's peak where it was
+    # and cost 2-5% of its rate (3 interleaved pairs, 2026-12-01).
+    gold_max_rows_per_trigger: int = setting(1_000_000, Range(ge=1, le=2**31 - 1))
 
     # Coordination of writers to one live table (see tidewater.lake.locks).
     table_lock_timeout_seconds: float = setting(900.0, Range(ge=0, le=7 * 86_400))

@@ -8,7 +8,7 @@ clone suite once found a window with 56 impressions of 81). Each input is now wa
 before the union (:func:`tidewater.transforms.watermarked_union`): Spark's watermark is the slowest
 input's. Real Spark, the real Delta stream source and the runner's own input frames
 (:func:`tidewater.streaming.runner.gold_inputs`); the silver rows are written with delta-rs in the
-order that used to lose events.
+order that used to lose events. And a gold input reads a silver backlog in bounded slices.
 """
 
 from __future__ import annotations
@@ -101,3 +101,25 @@ def test_clicks_running_ahead_do_not_make_impressions_late(spark, tmp_path):
     assert (early["impressions"], early["clicks"]) == (4, 0), early
     ahead = naive[(at("10:30").replace(tzinfo=None), "c1")]
     assert (ahead["impressions"], ahead["clicks"]) == (0, 2), ahead
+
+
+def test_a_gold_query_reads_a_silver_backlog_in_slices(spark, tmp_path):
+    """TIDEWATER_GOLD_MAX_ROWS_PER_TRIGGER bounds each gold micro-batch's silver rows (the Delta source's
+    soft ``maxRowsPerTrigger``: a micro-batch ends with the file that reaches it), so a query catching
+    up on a backlog never holds all of it at once."""
+    layout = with_silver(spark, Settings(state_dir=str(tmp_path / "state"), gold_max_rows_per_trigger=3), "ads")
+    impressions = layout.source_table(ADS.source("impressions"), "silver")
+    for minute in ("10:01", "10:02", "10:03"):  # a backlog of three commits of two rows each
+        impressions.append_arrow(silver_rows(layout, "impressions", [at(minute)] * 2, "c1"))
+    sizes: list[int] = []
+    gold_query = layout.gold_query_of(ADS.gold_table("ctr_per_campaign").name)
+    query = (
+        gold_inputs(spark, layout, gold_query)["impressions"]
+        .writeStream.foreachBatch(lambda batch, _id: sizes.append(batch.count()))
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    assert not query.isActive and query.exception() is None
+    assert sizes == [4, 2]  # two files reach the bound of 3, the third is the next micro-batch

@@ -9,8 +9,11 @@
                log (:class:`StreamPosition`). Commits that remove data (overwrite, delete, merge
                updates) cannot be followed by an append-only stream: they fail the query unless
                ``skipChangeCommits`` is true, as in Delta's own streaming source.
-               ``dataChange=false`` commits (compaction) are ignored. With ``prefetch`` true the
-               query's source runner on the driver reads each micro-batch ahead (at most
+               ``dataChange=false`` commits (compaction) are ignored. ``maxFilesPerTrigger`` bounds a
+               micro-batch in files (whole versions), ``maxRowsPerTrigger`` in rows (a soft bound, as
+               Delta's ``maxBytesPerTrigger``: it ends with the data file that reaches it, inside a
+               version or the first snapshot too). With ``prefetch`` true the query's source
+               runner on the driver reads each micro-batch ahead (at most
                ``prefetchMaxBytes`` of data files, 32 MiB by default) and Spark keeps it in its block
                manager: no Python task per micro-batch, which is most of the cost of a small one
                (gold over silver every few seconds). Spark reports no latest offset for such a
@@ -44,14 +47,20 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 from pyspark.sql.pandas.types import from_arrow_schema
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxFiles, SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxFiles,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 
 from tidewater import faults
 from tidewater.errors import ConfigError, DeltaSourceError
 from tidewater.lake.files import write_data_files
 from tidewater.lake.lock_options import lock_from_options
 from tidewater.lake.locks import WriterLock, holding
-from tidewater.lake.tables import DataFile, LakeTable, read_data_file
+from tidewater.lake.tables import DataFile, LakeTable, num_records_of, read_data_file
 
 PREFETCH_MAX_BYTES = 32 * 1024 * 1024  # of Parquet per prefetched micro-batch (~600k silver rows of rsvps)
 
@@ -62,8 +71,9 @@ class StreamPosition:
 
     ``{"version": v}``: every commit up to and including v. ``{"version": v, "file": k}``: every
     commit before v and the first k data files v added; with ``"snapshot": true``, the first k files
-    of the table as of v (a new stream's first read, in path order). Only the prefetching reader stops
-    inside a version (its byte budget), and either reader resumes from either form.
+    of the table as of v (a new stream's first read, in path order). A reader stops inside a version
+    for its row bound (``maxRowsPerTrigger``) and the prefetching one for its byte budget too; either
+    reader resumes from either form.
     """
 
     version: int
@@ -91,6 +101,20 @@ class FileSlice(InputPartition):
 def _option(options: Any, name: str, default: str | None = None) -> str | None:
     lowered = {str(k).lower(): str(v) for k, v in dict(options).items()}
     return lowered.get(name.lower(), default)
+
+
+def _positive(options: Any, name: str) -> int | None:
+    """A whole-number option above zero, or None when it is not given."""
+    value = _option(options, name)
+    if value is None or value == "":
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise ConfigError(f"tidewater-delta option {name}={value!r} must be a whole number of at least 1")
+    return number
 
 
 def _flag(options: Any, name: str) -> bool:
@@ -158,8 +182,8 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.schema = schema
         self.starting = (_option(options, "startingVersion", "earliest") or "earliest").lower()
         self.skip_change_commits = _flag(options, "skipChangeCommits")
-        max_files = _option(options, "maxFilesPerTrigger")
-        self.max_files = int(max_files) if max_files else None
+        self.max_files = _positive(options, "maxFilesPerTrigger")
+        self.max_rows = _positive(options, "maxRowsPerTrigger")
         self._target: int | None = None
 
     def initialOffset(self) -> dict:
@@ -173,6 +197,8 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise ConfigError(f"startingVersion={self.starting!r} must be earliest, latest or a version") from None
 
     def getDefaultReadLimit(self) -> ReadLimit:
+        if self.max_rows:  # with maxFilesPerTrigger too, both bound the micro-batch (latestOffset)
+            return ReadMaxRows(self.max_rows)
         return ReadMaxFiles(self.max_files) if self.max_files else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
@@ -183,12 +209,25 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         latest = self.readable_version()
         if latest <= begin:
             return {"version": begin}
+        if isinstance(limit, ReadMaxRows):
+            return self._bounded_by_rows(StreamPosition.of(start), latest, limit.max_rows)
         if isinstance(limit, ReadMaxFiles) and begin >= 0:
             files = 0
             for version in range(begin + 1, latest + 1):
                 files += len(self._added(version))
                 if files >= limit.max_files:
                     return {"version": version}
+        return {"version": latest}
+
+    def _bounded_by_rows(self, begin: StreamPosition, latest: int, max_rows: int) -> dict:
+        """The offset after the data file that brings the micro-batch to ``max_rows`` rows (or to
+        ``maxFilesPerTrigger`` files), else ``latest``. A file whose row count the log does not
+        record counts as the whole bound: a micro-batch of its own."""
+        rows = 0
+        for files, (position, data_file) in enumerate(self.files_after(begin, latest), start=1):
+            rows += max_rows if data_file.num_records is None else data_file.num_records
+            if rows >= max_rows or (self.max_files and files >= self.max_files):
+                return position.offset()
         return {"version": latest}
 
     def readable_version(self) -> int:
@@ -222,6 +261,7 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 f"{self.table.uri}/{add['path']}",
                 int(add.get("size", 0)),
                 dict(add.get("partitionValues") or {}),
+                num_records_of(add.get("stats")),
             )
             for add in adds
         ]
@@ -281,9 +321,10 @@ class DeltaPrefetchingStreamReader(SimpleDataSourceStreamReader, SupportsTrigger
     Spark asks :meth:`read` for the data after an offset when it plans a micro-batch (in the query's
     source runner, a Python process on the driver) and keeps the Arrow batches in its block manager, so
     the micro-batch runs no Python task. At most ``max_bytes`` of data files (and ``maxFilesPerTrigger``
-    files) are read at a time, even inside one version, so a new stream over a large table does not
-    hold the table in memory. Spark re-plans a micro-batch whose prefetch it no longer has (a restart)
-    with :meth:`readBetweenOffsets`, in a Python task: the same files, since the log is immutable.
+    files, and ``maxRowsPerTrigger`` rows, as :class:`DeltaStreamReader` counts them) are read at a
+    time, even inside one version, so a new stream over a large table does not hold the table in
+    memory. Spark re-plans a micro-batch whose prefetch it no longer has (a restart) with
+    :meth:`readBetweenOffsets`, in a Python task: the same files, since the log is immutable.
     """
 
     def __init__(self, follower: DeltaStreamReader, *, max_bytes: int) -> None:
@@ -299,14 +340,19 @@ class DeltaPrefetchingStreamReader(SimpleDataSourceStreamReader, SupportsTrigger
     def read(self, start: dict) -> tuple[Iterator[pa.RecordBatch], dict]:
         begin = StreamPosition.of(start)
         stop = self.follower.readable_version()
-        max_files = self.follower.max_files
+        max_files, max_rows = self.follower.max_files, self.follower.max_rows
         files: list[DataFile] = []
-        size, end = 0, begin
+        size, rows, end = 0, 0, begin
         for position, data_file in self.follower.files_after(begin, stop):
-            if files and (size + data_file.size > self.max_bytes or (max_files and len(files) >= max_files)):
+            if files and (
+                size + data_file.size > self.max_bytes
+                or (max_files and len(files) >= max_files)
+                or (max_rows and rows >= max_rows)
+            ):
                 break
             files.append(data_file)
             size += data_file.size
+            rows += (max_rows or 0) if data_file.num_records is None else data_file.num_records
             end = position
         else:  # everything up to stop, including commits that added no data
             end = StreamPosition(max(stop, begin.version))

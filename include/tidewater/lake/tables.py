@@ -68,6 +68,17 @@ class DataFile:
     num_records: int | None = None
 
 
+def num_records_of(stats: str | None) -> int | None:
+    """The rows of a data file as its add action's statistics (JSON) record them; None without them."""
+    if not stats:
+        return None
+    try:
+        count = json.loads(stats).get("numRecords")
+    except (ValueError, AttributeError):
+        return None
+    return count if isinstance(count, int) else None
+
+
 def read_data_file(data_file: DataFile, schema: pa.Schema, columns: Sequence[str] | None = None) -> pa.Table:
     """One data file in ``schema`` (or only its ``columns``), partition columns added back from the log."""
     names = list(columns) if columns is not None else schema.names
@@ -273,7 +284,7 @@ class LakeTable:
             post_commithook_properties=POST_COMMIT_HOOKS,
         )
         table.update_incremental()  # unlike a write or a merge, a transaction leaves ``table`` where it was
-        rows = sum(json.loads(a["stats"]).get("numRecords", 0) for a in actions)
+        rows = sum(num_records_of(a["stats"]) or 0 for a in actions)
         return CommitResult(True, int(table.version()), len(adds), rows)
 
     def merge(

@@ -79,7 +79,9 @@ class Tier:
 def gold_inputs(spark: SparkSession, layout: PipelineLayout, query: GoldQuery) -> dict[str, DataFrame]:
     """The silver stream of each input of the gold ``query``, by source name, as its tables' builds
     take them: appends only, and watermark-safe (an event ahead of the clock cannot make on-time events
-    late). Each input is read once, whatever number of the query's tables it feeds.
+    late). Each input is read once, whatever number of the query's tables it feeds, at most
+    ``TIDEWATER_GOLD_MAX_ROWS_PER_TRIGGER`` rows a micro-batch (a query catching up on a backlog holds
+    a slice of it at a time).
 
     ``build`` sets the watermarks (Spark disallows a second one on a watermarked column). A build that
     combines event inputs watermarks each before combining them (:func:`tidewater.transforms.watermarked_union`).
@@ -93,12 +95,14 @@ def gold_inputs(spark: SparkSession, layout: PipelineLayout, query: GoldQuery) -
     """
     inputs = query.inputs
     prefetch = layout.settings.gold_prefetch and len(inputs) == 1
+    bound = {"maxRowsPerTrigger": str(layout.settings.gold_max_rows_per_trigger)}
     return {
         # Batch recomputes overwrite silver intervals; the stream follows appends only.
         source.name: transforms.watermark_safe(
             spark.readStream.format("tidewater-delta")
             .option("skipChangeCommits", "true")
             .option("prefetch", str(prefetch).lower())
+            .options(**bound)
             .load(layout.source_table(source, "silver").uri),
             source.event_time,
             source.max_event_lead,
@@ -259,7 +263,11 @@ class PipelineStreams:
 
         bronze_lock = layout.lock(pipeline.table_of(source, "bronze"))
         if tier.query == pipeline.query_of(source, "silver"):
-            bronze = self.spark.readStream.format("tidewater-delta").load(tier.source)
+            bronze = (
+                self.spark.readStream.format("tidewater-delta")
+                .option("maxRowsPerTrigger", str(self.settings.max_offsets_per_trigger))  # as from Kafka
+                .load(tier.source)
+            )
             return bronze.writeStream.foreachBatch(silver_writer())
         options = source_options(self.settings, self.topic(source))
         offsets_log = checkpoint.path / "offsets"
