@@ -304,8 +304,8 @@ def test_stream_source_is_incremental_across_restarts(spark: SparkSession, tmp_p
 
 @pytest.mark.parametrize("prefetch", ["false", "true"])
 def test_stream_source_bounds_micro_batches_in_rows(spark: SparkSession, tmp_path: Path, prefetch: str) -> None:
-    """maxRowsPerTrigger (what gold's silver reads get: TIDEWATER_MAX_OFFSETS_PER_TRIGGER) ends a
-    micro-batch with the commit that brings it to the bound, from the log's row counts."""
+    """maxRowsPerTrigger (what gold's silver reads get: TIDEWATER_GOLD_MAX_ROWS_PER_TRIGGER) ends a
+    micro-batch with the data file that brings it to the bound, from the log's row counts."""
     source = new_table(unique(tmp_path, "src"), partition_by=())
     for ids in ([1, 2], [3], [4, 5, 6], [7]):  # versions 1..4
         source.append_arrow(arrow(ids))
