@@ -117,6 +117,12 @@ def _positive(options: Any, name: str) -> int | None:
     return number
 
 
+def _rows_toward(bound: int, data_file: DataFile) -> int:
+    """What ``data_file`` counts toward a row bound: its rows, or, where the log does not record them,
+    the whole bound (a micro-batch of its own)."""
+    return bound if data_file.num_records is None else data_file.num_records
+
+
 def _flag(options: Any, name: str) -> bool:
     """A true/false option, false unless given as true."""
     return (_option(options, name, "false") or "").lower() == "true"
@@ -221,11 +227,10 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _bounded_by_rows(self, begin: StreamPosition, latest: int, max_rows: int) -> dict:
         """The offset after the data file that brings the micro-batch to ``max_rows`` rows (or to
-        ``maxFilesPerTrigger`` files), else ``latest``. A file whose row count the log does not
-        record counts as the whole bound: a micro-batch of its own."""
+        ``maxFilesPerTrigger`` files), else ``latest``."""
         rows = 0
         for files, (position, data_file) in enumerate(self.files_after(begin, latest), start=1):
-            rows += max_rows if data_file.num_records is None else data_file.num_records
+            rows += _rows_toward(max_rows, data_file)
             if rows >= max_rows or (self.max_files and files >= self.max_files):
                 return position.offset()
         return {"version": latest}
@@ -352,7 +357,7 @@ class DeltaPrefetchingStreamReader(SimpleDataSourceStreamReader, SupportsTrigger
                 break
             files.append(data_file)
             size += data_file.size
-            rows += (max_rows or 0) if data_file.num_records is None else data_file.num_records
+            rows += _rows_toward(max_rows or 0, data_file)
             end = position
         else:  # everything up to stop, including commits that added no data
             end = StreamPosition(max(stop, begin.version))

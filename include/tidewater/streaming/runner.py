@@ -95,14 +95,13 @@ def gold_inputs(spark: SparkSession, layout: PipelineLayout, query: GoldQuery) -
     """
     inputs = query.inputs
     prefetch = layout.settings.gold_prefetch and len(inputs) == 1
-    bound = {"maxRowsPerTrigger": str(layout.settings.gold_max_rows_per_trigger)}
     return {
         # Batch recomputes overwrite silver intervals; the stream follows appends only.
         source.name: transforms.watermark_safe(
             spark.readStream.format("tidewater-delta")
             .option("skipChangeCommits", "true")
             .option("prefetch", str(prefetch).lower())
-            .options(**bound)
+            .option("maxRowsPerTrigger", str(layout.settings.gold_max_rows_per_trigger))
             .load(layout.source_table(source, "silver").uri),
             source.event_time,
             source.max_event_lead,
