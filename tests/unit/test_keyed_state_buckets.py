@@ -192,7 +192,6 @@ def readings(rng: random.Random, count: int, machines_count: int) -> list[dict]:
                 "machine_id": f"vm-{rng.randrange(machines_count)}",
                 "at": at,
                 "event_id": f"r:{i}",
-                "reading_id": str(i),
                 "sales_count": 1,
                 "sales_amount": 2.0,
                 "change_id": None,
@@ -222,7 +221,7 @@ def test_a_deadline_fires_without_any_later_event_of_its_key():
     quiet = readings(random.Random(1), 1, machines_count=1)
     quiet[0]["machine_id"] = "vm-1"
     later = [
-        {**quiet[0], "machine_id": "vm-2", "at": quiet[0]["at"] + m * MIN, "event_id": f"r:x{m}", "reading_id": f"x{m}"}
+        {**quiet[0], "machine_id": "vm-2", "at": quiet[0]["at"] + m * MIN, "event_id": f"r:x{m}"}
         for m in range(1, 40, 3)
     ]
     streamed, watermark = run_stream(machines.SILENCE, "machine_id", [quiet, *[[e] for e in later]], delay_ms=MIN)

@@ -78,8 +78,7 @@ def reading_events(telemetry: DataFrame) -> DataFrame:
     return telemetry.select(
         "machine_id",
         F.col("read_at").alias("at"),
-        F.concat(F.lit("r:"), "reading_id").alias("event_id"),
-        "reading_id",
+        F.concat(F.lit(machines.READING_ID_PREFIX), "reading_id").alias("event_id"),
         F.col("sales_count").cast("long").alias("sales_count"),
         "sales_amount",
         none.cast("string").alias("change_id"),
@@ -93,8 +92,7 @@ def change_events(changes: DataFrame) -> DataFrame:
     return changes.select(
         "machine_id",
         F.col("changed_at").alias("at"),
-        F.concat(F.lit("c:"), "change_id").alias("event_id"),
-        none.cast("string").alias("reading_id"),
+        F.concat(F.lit(machines.CHANGE_ID_PREFIX), "change_id").alias("event_id"),
         none.cast("long").alias("sales_count"),
         none.cast("double").alias("sales_amount"),
         "change_id",

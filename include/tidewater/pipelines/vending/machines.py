@@ -3,10 +3,11 @@
 Each machine's events are its telemetry readings and the changes of its metadata (where it stands,
 its model, who operates it), folded together in event-time order by :mod:`tidewater.keyed_state`
 (a change before a reading at the same instant: ``event_id`` is ``c:<change_id>`` or
-``r:<reading_id>``). Folding in event-time order *is* the as-of join: a reading meets the version of
-its machine that was current when it was taken, on the stream and in any recompute or replay, however
-much later it runs. The changelog is read whole by a bounded recompute (the gold tables' ``history``),
-so the version in force before the interval is known.
+``r:<reading_id>``, which also tells a machine which kind of event it has). Folding in event-time
+order *is* the as-of join: a reading meets the version of its machine that was current when it was
+taken, on the stream and in any recompute or replay, however much later it runs. The changelog is
+read whole by a bounded recompute (the gold tables' ``history``), so the version in force before the
+interval is known.
 
 * :data:`VERSIONS` -- the machines dimension, SCD type 2 (:mod:`tidewater.scd2` owns the rules: keyed
   by machine, sequenced by ``changed_at``, ties to the greater change id, repeats absorbed).
@@ -44,12 +45,19 @@ UNKNOWN_LOCATION = "(unknown)"  # a reading before the machine's first change (a
 ATTRIBUTES = ("location", "model", "operator")
 SPEC = scd2.Scd2Spec(key="machine_id", sequence="changed_at", attributes=ATTRIBUTES, change_id="change_id")
 
-# What every machine sees of an event (the union of readings and changes; the others are null).
+# An event's id is its kind and its own id; "c" < "r" puts a change before a reading of the same instant.
+CHANGE_ID_PREFIX, READING_ID_PREFIX = "c:", "r:"
+
+# The columns of a machine event: the union of readings and changes (a reading's change columns are
+# null, a change's reading columns). Each machine reads only those it needs (its ``event_columns``):
+# the stream sorts a micro-batch's events by key before ``transformWithState`` and buffers them as JSON
+# until the watermark passes them. With every column (and the reading id beside ``event_id``) that
+# sort held up to 192 MiB of the streaming JVM's heap; draining 1M events, the JVM's PSS peak is a
+# median 885 MiB with these against 1,017 (6 interleaved pairs, 2026-12-02).
 EVENT_COLUMNS = (
     "machine_id",
     "at",
     "event_id",
-    "reading_id",
     "sales_count",
     "sales_amount",
     "change_id",
@@ -94,7 +102,11 @@ Event = dict[str, Any]
 
 
 def _is_change(event: Event) -> bool:
-    return event.get("change_id") is not None
+    return str(event.get("event_id") or "").startswith(CHANGE_ID_PREFIX)
+
+
+def _reading_id(event: Event) -> str:
+    return str(event["event_id"]).removeprefix(READING_ID_PREFIX)
 
 
 # ---- the dimension --------------------------------------------------------------------------------
@@ -149,7 +161,7 @@ def version_step(state: State | None, event: Event) -> tuple[State | None, list[
 
 VERSIONS = KeyedMachine(
     step=version_step,
-    event_columns=EVENT_COLUMNS,
+    event_columns=("machine_id", "at", "event_id", "change_id", *ATTRIBUTES),
     time_column="at",
     order_column="event_id",
     output_schema=VERSION_SCHEMA,
@@ -165,7 +177,8 @@ def sales_step(state: State | None, event: Event) -> tuple[State, list[dict[str,
     state = state or {"machine_id": event["machine_id"], "location": None, "hour": None, "totals": {}, "seen": []}
     if _is_change(event):
         return {**state, "location": event["location"]}, []
-    if event["reading_id"] in state["seen"]:
+    reading_id = _reading_id(event)
+    if reading_id in state["seen"]:
         return state, []  # a re-sent reading (at-least-once delivery): counted once
     hour = event["at"] - event["at"] % HOUR_MS
     location = state["location"] or UNKNOWN_LOCATION
@@ -176,7 +189,7 @@ def sales_step(state: State | None, event: Event) -> tuple[State, list[dict[str,
         round(amount + float(event["sales_amount"] or 0.0), 2),
         readings + 1,
     ]
-    return {**state, "hour": hour, "totals": totals, "seen": [*state["seen"], event["reading_id"]]}, []
+    return {**state, "hour": hour, "totals": totals, "seen": [*state["seen"], reading_id]}, []
 
 
 def sales_deadline(state: State | None) -> int | None:
@@ -202,7 +215,7 @@ def close_hour(state: State, at: int) -> tuple[State, list[dict[str, Any]]]:
 
 SALES = KeyedMachine(
     step=sales_step,
-    event_columns=EVENT_COLUMNS,
+    event_columns=("machine_id", "at", "event_id", "sales_count", "sales_amount", "location"),
     time_column="at",
     order_column="event_id",
     output_schema=SALES_SCHEMA,
@@ -219,7 +232,7 @@ def silence_step(state: State | None, event: Event) -> tuple[State, list[dict[st
     state = state or {"machine_id": event["machine_id"], "location": None, "last_at": None, "last_id": None}
     if _is_change(event):
         return {**state, "location": event["location"]}, []
-    return {**state, "last_at": event["at"], "last_id": event["reading_id"]}, []
+    return {**state, "last_at": event["at"], "last_id": _reading_id(event)}, []
 
 
 def silence_deadline(state: State | None) -> int | None:
@@ -239,7 +252,7 @@ def report_silence(state: State, at: int) -> tuple[State, list[dict[str, Any]]]:
 
 SILENCE = KeyedMachine(
     step=silence_step,
-    event_columns=EVENT_COLUMNS,
+    event_columns=("machine_id", "at", "event_id", "location"),
     time_column="at",
     order_column="event_id",
     output_schema=SILENCE_SCHEMA,
