@@ -56,12 +56,14 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from tidewater import faults
+from tidewater.connectors.options import flag, option, whole_number
 from tidewater.errors import ConfigError, DeltaSourceError
 from tidewater.lake.files import write_data_files
 from tidewater.lake.lock_options import lock_from_options
 from tidewater.lake.locks import WriterLock, holding
 from tidewater.lake.tables import DataFile, LakeTable, num_records_of, read_data_file
 
+SOURCE_NAME = "tidewater-delta"
 PREFETCH_MAX_BYTES = 32 * 1024 * 1024  # of Parquet per prefetched micro-batch (~600k silver rows of rsvps)
 
 
@@ -98,38 +100,14 @@ class FileSlice(InputPartition):
     files: tuple[DataFile, ...]
 
 
-def _option(options: Any, name: str, default: str | None = None) -> str | None:
-    lowered = {str(k).lower(): str(v) for k, v in dict(options).items()}
-    return lowered.get(name.lower(), default)
-
-
-def _positive(options: Any, name: str) -> int | None:
-    """A whole-number option above zero, or None when it is not given."""
-    value = _option(options, name)
-    if value is None or value == "":
-        return None
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise ConfigError(f"tidewater-delta option {name}={value!r} must be a whole number of at least 1")
-    return number
-
-
 def _rows_toward(bound: int, data_file: DataFile) -> int:
     """What ``data_file`` counts toward a row bound: its rows, or, where the log does not record them,
     the whole bound (a micro-batch of its own)."""
     return bound if data_file.num_records is None else data_file.num_records
 
 
-def _flag(options: Any, name: str) -> bool:
-    """A true/false option, false unless given as true."""
-    return (_option(options, name, "false") or "").lower() == "true"
-
-
 def _path(options: Any) -> str:
-    path = _option(options, "path")
+    path = option(options, "path")
     if not path:
         raise ConfigError("tidewater-delta needs a table path: .load(uri) / .option('path', uri)")
     return path
@@ -186,10 +164,10 @@ class DeltaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, table: LakeTable, schema: pa.Schema, options: Any) -> None:
         self.table = table
         self.schema = schema
-        self.starting = (_option(options, "startingVersion", "earliest") or "earliest").lower()
-        self.skip_change_commits = _flag(options, "skipChangeCommits")
-        self.max_files = _positive(options, "maxFilesPerTrigger")
-        self.max_rows = _positive(options, "maxRowsPerTrigger")
+        self.starting = (option(options, "startingVersion", "earliest") or "earliest").lower()
+        self.skip_change_commits = flag(options, "skipChangeCommits")
+        self.max_files = whole_number(options, "maxFilesPerTrigger", source=SOURCE_NAME)
+        self.max_rows = whole_number(options, "maxRowsPerTrigger", source=SOURCE_NAME)
         self._target: int | None = None
 
     def initialOffset(self) -> dict:
@@ -417,32 +395,32 @@ class DeltaStreamWriter(DataSourceStreamArrowWriter):
 class DeltaDataSource(DataSource):
     @classmethod
     def name(cls) -> str:
-        return "tidewater-delta"
+        return SOURCE_NAME
 
     def _table(self) -> LakeTable:
         return LakeTable(_path(self.options))
 
     def _arrow_schema(self) -> pa.Schema:
         table = self._table()
-        version = _option(self.options, "versionAsOf")
-        timestamp = _option(self.options, "timestampAsOf")
+        version = option(self.options, "versionAsOf")
+        timestamp = option(self.options, "timestampAsOf")
         return LakeTable.arrow_schema(table.open(version=int(version) if version else None, timestamp=timestamp))
 
     def schema(self) -> Any:
         return from_arrow_schema(self._arrow_schema())
 
     def reader(self, schema: Any) -> DataSourceReader:
-        version = _option(self.options, "versionAsOf")
+        version = option(self.options, "versionAsOf")
         return DeltaBatchReader(
             self._table(),
             self._arrow_schema(),
             int(version) if version else None,
-            _option(self.options, "timestampAsOf"),
-            json.loads(_option(self.options, "partitionFilter") or "null"),
+            option(self.options, "timestampAsOf"),
+            json.loads(option(self.options, "partitionFilter") or "null"),
         )
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        if _flag(self.options, "prefetch"):
+        if flag(self.options, "prefetch"):
             # Spark's way to ask for the driver-side reader instead (simpleStreamReader)
             raise PySparkNotImplementedError(
                 errorClass="NOT_IMPLEMENTED", messageParameters={"feature": "streamReader"}
@@ -450,18 +428,12 @@ class DeltaDataSource(DataSource):
         return DeltaStreamReader(self._table(), self._arrow_schema(), self.options)
 
     def simpleStreamReader(self, schema: Any) -> SimpleDataSourceStreamReader:
-        budget = _option(self.options, "prefetchMaxBytes")
-        try:
-            max_bytes = int(budget) if budget else PREFETCH_MAX_BYTES
-        except ValueError:
-            max_bytes = 0
-        if max_bytes <= 0:
-            raise ConfigError(f"tidewater-delta prefetchMaxBytes={budget!r} must be a positive number of bytes")
+        max_bytes = whole_number(self.options, "prefetchMaxBytes", source=SOURCE_NAME, default=PREFETCH_MAX_BYTES)
         follower = DeltaStreamReader(self._table(), self._arrow_schema(), self.options)
         return DeltaPrefetchingStreamReader(follower, max_bytes=max_bytes)
 
     def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamArrowWriter:
-        app_id = _option(self.options, "appId")
+        app_id = option(self.options, "appId")
         if not app_id:
             raise ConfigError(
                 "the tidewater-delta stream sink needs option appId, stable for the query's checkpoint, "
@@ -470,12 +442,12 @@ class DeltaDataSource(DataSource):
         table = self._table()
         meta = table.open().metadata()
         named = ("lockPath", "lockDsn", "lockName", "lockTimeoutSeconds")
-        lock = lock_from_options({k: v for k in named if (v := _option(self.options, k))}, table.uri)
+        lock = lock_from_options({k: v for k in named if (v := option(self.options, k))}, table.uri)
         return DeltaStreamWriter(
             table,
             LakeTable.arrow_schema(table.open()),
             list(meta.partition_columns),
             app_id,
-            _option(self.options, "queryName", app_id) or app_id,
+            option(self.options, "queryName", app_id) or app_id,
             lock,
         )

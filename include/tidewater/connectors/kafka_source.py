@@ -59,6 +59,7 @@ from tidewater import strict_json
 from tidewater.config import Settings
 from tidewater.connectors.kafka_client import SPARK_RECORD_DDL, KafkaConnection, KafkaPythonClient, PartitionClient
 from tidewater.connectors.kafka_confluent import ConfluentClient
+from tidewater.connectors.options import whole_number
 from tidewater.errors import BrokerUnreachableError, ConfigError, DataLossError
 
 EARLIEST, LATEST = -2, -1
@@ -113,14 +114,14 @@ class KafkaSourceOptions:
             connection = KafkaConnection.from_options(opts)
             if not topics:
                 raise ConfigError("tidewater-kafka needs option subscribe (comma-separated topic names)")
-            timestamp = int(opts["startingtimestamp"]) if opts.get("startingtimestamp") else None
-            max_offsets = int(opts["maxoffsetspertrigger"]) if opts.get("maxoffsetspertrigger") else None
-            per_partition = int(opts.get("maxrecordsperpartition", "500000"))
-            per_task = int(opts.get("minrecordspertask", "20000"))
+            timestamp = whole_number(opts, "startingTimestamp", source=SOURCE_NAME, minimum=0)
+            max_offsets = whole_number(opts, "maxOffsetsPerTrigger", source=SOURCE_NAME)
+            per_partition = whole_number(opts, "maxRecordsPerPartition", source=SOURCE_NAME, default=500_000)
+            per_task = whole_number(opts, "minRecordsPerTask", source=SOURCE_NAME, minimum=0, default=20_000)
             resume = opts.get("resumefrom", "checkpoint").lower()
             if resume not in ("checkpoint", "latest"):
                 raise ConfigError(f"tidewater-kafka: resumeFrom={resume!r} must be checkpoint or latest")
-        except ValueError as exc:
+        except ValueError as exc:  # the connection's numeric settings (KafkaConnection.from_options)
             raise ConfigError(f"tidewater-kafka: a numeric option is not a number ({exc})") from None
         return cls(
             client_config=connection.kafka_python(),
@@ -131,8 +132,8 @@ class KafkaSourceOptions:
             ending=opts.get("endingoffsets", "latest"),
             max_offsets_per_trigger=max_offsets,
             fail_on_data_loss=opts.get("failondataloss", "true").lower() != "false",
-            max_records_per_partition=max(1, per_partition),
-            min_records_per_task=max(0, per_task),
+            max_records_per_partition=per_partition,
+            min_records_per_task=per_task,
             resume_from_latest=resume == "latest",
             payload_contract=opts.get("payloadcontract") or None,
             ingest_time=opts.get("ingesttime", "false").lower() == "true",
@@ -159,6 +160,7 @@ def _parse_offset_spec(spec: str, what: str) -> Offsets | None:
 
 
 log = logging.getLogger(__name__)
+SOURCE_NAME = "tidewater-kafka"
 T = TypeVar("T")
 
 # A broker that restarts (kill -9, a rolling upgrade) is unreachable for a few seconds. A stream's
@@ -508,7 +510,7 @@ class KafkaBatchReader(DataSourceReader):
 class KafkaDataSource(DataSource):
     @classmethod
     def name(cls) -> str:
-        return "tidewater-kafka"
+        return SOURCE_NAME
 
     def schema(self) -> str:
         return KafkaSourceOptions.parse(self.options).schema
