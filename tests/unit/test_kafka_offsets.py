@@ -179,13 +179,17 @@ def test_cap_offsets_partition_missing_from_start_does_not_move() -> None:
         ({"subscribe": "orders"}, "kafka.bootstrap.servers"),
         ({"kafka.bootstrap.servers": "h:1"}, "subscribe"),
         ({"kafka.bootstrap.servers": "h:1", "subscribe": " , "}, "subscribe"),
-        ({**BASE, "maxOffsetsPerTrigger": "lots"}, "not a number"),
-        ({**BASE, "startingTimestamp": "yesterday"}, "not a number"),
-        ({**BASE, "maxRecordsPerPartition": "1e3"}, "not a number"),
+        ({**BASE, "maxOffsetsPerTrigger": "lots"}, "maxOffsetsPerTrigger='lots' must be a whole number"),
+        ({**BASE, "maxOffsetsPerTrigger": "0"}, "maxOffsetsPerTrigger='0' must be a whole number of at least 1"),
+        ({**BASE, "startingTimestamp": "yesterday"}, "startingTimestamp='yesterday' must be a whole number"),
+        ({**BASE, "maxRecordsPerPartition": "1e3"}, "maxRecordsPerPartition='1e3' must be a whole number"),
+        ({**BASE, "maxRecordsPerPartition": "0"}, "maxRecordsPerPartition='0' must be a whole number of at least 1"),
+        ({**BASE, "kafka.request.timeout.ms": "soon"}, "not a number"),
     ],
 )
 def test_parse_rejects_bad_options_with_one_line(options: dict[str, str], needle: str) -> None:
-    """Missing servers/topics and non-numeric numbers are ConfigErrors with a one-line message."""
+    """Missing servers/topics and numbers that are not whole numbers in range are ConfigErrors with a
+    one-line message."""
     with pytest.raises(ConfigError) as info:
         KafkaSourceOptions.parse(options)
     assert_one_line(info.value, needle)
@@ -216,7 +220,7 @@ def test_parse_numbers_topics_and_case_insensitive_keys() -> None:
             "kafka.request.timeout.ms": "3000",
             "maxOffsetsPerTrigger": "1000",
             "startingtimestamp": "1700000000000",
-            "maxRecordsPerPartition": "0",
+            "maxRecordsPerPartition": "250",
             "kafka.sasl.mechanism": "PLAIN",
             "kafka.sasl.username": "u",
             "kafka.sasl.password": "p",
@@ -229,7 +233,7 @@ def test_parse_numbers_topics_and_case_insensitive_keys() -> None:
     assert opts.client_config["sasl_plain_username"] == "u"
     assert opts.max_offsets_per_trigger == 1000
     assert opts.starting_timestamp_ms == 1_700_000_000_000
-    assert opts.max_records_per_partition == 1  # clamped: a range of 0 records per task is meaningless
+    assert opts.max_records_per_partition == 250
 
 
 @pytest.mark.parametrize(("value", "expected"), [("true", True), ("TRUE", True), ("false", False), ("False", False)])
