@@ -41,7 +41,7 @@ def test_kafka_source_numeric_options() -> None:
         500_000,
         20_000,
     )
-    # 0 read as "no bound" before, a negative bound as a micro-batch that could never end.
+    # Before, 0 read as "no bound", a negative bound was taken as given, 0 records per partition clamped to 1.
     for name, bad in (
         ("maxOffsetsPerTrigger", "0"),
         ("maxOffsetsPerTrigger", "-5"),
