@@ -53,7 +53,7 @@ CHANGE_ID_PREFIX, READING_ID_PREFIX = "c:", "r:"
 # the stream sorts a micro-batch's events by key before ``transformWithState`` and buffers them as JSON
 # until the watermark passes them. With every column (and the reading id beside ``event_id``) that
 # sort held up to 192 MiB of the streaming JVM's heap; draining 1M events, the JVM's PSS peak is a
-# median 885 MiB with these against 1,017 (6 interleaved pairs, 2026-12-02).
+# median 862 MiB with these against 1,017 (8 interleaved pairs, 2026-12-02; see the README).
 EVENT_COLUMNS = (
     "machine_id",
     "at",
