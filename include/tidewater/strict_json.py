@@ -73,7 +73,7 @@ def _python_type(spark_type: dict[str, Any] | str) -> Any:
 def _struct(schema_json: str) -> type:
     schema = json.loads(schema_json)
     fields = [(f["name"], _python_type(f["type"]), None) for f in schema["fields"]]
-    return msgspec.defstruct("Payload", fields, forbid_unknown_fields=False)
+    return msgspec.defstruct("Payload", fields, forbid_unknown_fields=False, gc=False)
 
 
 @lru_cache(maxsize=16)
@@ -84,38 +84,59 @@ def _decoder(schema_json: str) -> msgspec.json.Decoder:
 def violation(raw: bytes | None, schema_json: str) -> str | None:
     """Why ``raw`` breaks the strict contract of the Spark schema ``schema_json`` (``StructType.json()``),
     or None. Never raises: anything unexpected is itself a reason."""
+    return _checked(raw, schema_json)[0]
+
+
+def _checked(raw: bytes | None, schema_json: str) -> tuple[str | None, Any]:
+    """(:func:`violation`, the payload decoded as the contract's struct where it holds, else None)."""
     if raw is None:
-        return "payload is null"
+        return "payload is null", None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        return f"payload is not valid UTF-8 (byte {exc.start})"
+        return f"payload is not valid UTF-8 (byte {exc.start})", None
     try:
-        _decoder(schema_json).decode(raw)
+        decoded = _decoder(schema_json).decode(raw)
     except msgspec.ValidationError as exc:
-        return _short(f"payload does not match the contract: {exc}")
+        return _short(f"payload does not match the contract: {exc}"), None
     except msgspec.DecodeError as exc:
-        return _short(f"malformed JSON: {str(exc).removeprefix('JSON is malformed: ')}")
+        return _short(f"malformed JSON: {str(exc).removeprefix('JSON is malformed: ')}"), None
     except RecursionError:
-        return "malformed JSON: nested too deeply"
+        return "malformed JSON: nested too deeply", None
     except Exception as exc:  # the contract must never crash a query
-        return _short(f"payload could not be checked: {type(exc).__name__}: {exc}")
+        return _short(f"payload could not be checked: {type(exc).__name__}: {exc}"), None
     if _surely_no_duplicate_keys(raw):
-        return None
+        return None, decoded
     try:  # msgspec keeps the last of duplicate keys; the standard parser tells us about them
         json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant)
     except _DuplicateKeyError as exc:
-        return _short(f"malformed JSON: duplicate key {str(exc)!r}")
+        return _short(f"malformed JSON: duplicate key {str(exc)!r}"), None
     except RecursionError:
-        return "malformed JSON: nested too deeply"
+        return "malformed JSON: nested too deeply", None
     except ValueError as exc:
-        return _short(f"malformed JSON: {exc}")
-    return None
+        return _short(f"malformed JSON: {exc}"), None
+    return None, decoded
 
 
 def reasons(payloads: pa.Array | pa.ChunkedArray, schema_json: str) -> pa.Array:
     """:func:`violation` of every payload of an Arrow column (binary), as a string column."""
     return pa.array([violation(v, schema_json) for v in payloads.to_pylist()], pa.string())
+
+
+def reasons_and_decoded(payloads: pa.Array | pa.ChunkedArray, schema_json: str) -> tuple[pa.Array, list[Any]]:
+    """:func:`reasons`, and each payload decoded as the contract's struct where it holds (else None):
+    what :mod:`tidewater.json_columns` types, from the one decode the check made."""
+    reasons, decoded = [], []
+    for payload in payloads.to_pylist():  # one short-lived pair a record: no work for the collector
+        reason, value = _checked(payload, schema_json)
+        reasons.append(reason)
+        decoded.append(value)
+    return pa.array(reasons, pa.string()), decoded
+
+
+def blank(struct_json: str) -> Any:
+    """An instance of the contract's struct for ``struct_json`` with every field None."""
+    return _struct(struct_json)()
 
 
 def _surely_no_duplicate_keys(raw: bytes) -> bool:

@@ -63,8 +63,11 @@ def silver_writer(layout: PipelineLayout) -> SilverWriter:
 
 def write_batch(spark, layout: PipelineLayout, items: list[Hostile], batch_id: int = 0, first_offset: int = 0) -> None:
     """One micro-batch through the streaming job's writer, exactly as the bronze query calls it: with each
-    payload checked and stamped as the Kafka source does it (``payloadContract``, ``ingestTime``)."""
-    records = checked(kafka_batch(items, first_offset=first_offset), RSVPS.source().payload_schema.json())
+    payload checked, typed and stamped as the Kafka source does it (``payloadContract``, ``payloadParsed``,
+    ``ingestTime``). The batch transform over bronze that :func:`check_lake` compares silver with parses
+    every payload with ``from_json``: so every example holds the reader's typing to Spark's parse."""
+    contract = RSVPS.source().payload_schema.json()
+    records = checked(kafka_batch(items, first_offset=first_offset), contract, parsed=True)
     records = stamped(records, int(dt.datetime.now(dt.UTC).timestamp() * 1_000_000))
     frame = spark.createDataFrame(pa.Table.from_batches([records]))
     writer = BronzeSilverWriter(
@@ -346,10 +349,13 @@ def test_payloads_checked_by_the_reader_parse_in_the_jvm_alone_with_the_same_out
 
     items = [*valid_events(30, seed=17), *[Hostile(v) for v in (b"{", b'{"a":1}{"a":2}', b"\xff\xfe", None)]]
     source = RSVPS.source()
+    contract = source.payload_schema.json()
     plain = pa.Table.from_batches([kafka_batch(items)])
-    reader_checked = pa.Table.from_batches([checked(kafka_batch(items), source.payload_schema.json())])
+    reader_checked = pa.Table.from_batches([checked(kafka_batch(items), contract)])
+    reader_typed = pa.Table.from_batches([checked(kafka_batch(items), contract, parsed=True)])
+    assert reader_typed.column("_parsed").null_count == 4  # the valid events typed, the others left to Spark
     outcomes = {}
-    for label, kafka in (("udf", plain), ("reader", reader_checked)):
+    for label, kafka in (("udf", plain), ("reader", reader_checked), ("typed", reader_typed)):
         parsed = source.outcomes(source.parse(transforms.to_bronze(spark.createDataFrame(kafka))))
         plan = parsed._jdf.queryExecution().executedPlan().toString()
         assert plan.count("ArrowEvalPython") == (1 if label == "udf" else 0), plan
@@ -358,8 +364,80 @@ def test_payloads_checked_by_the_reader_parse_in_the_jvm_alone_with_the_same_out
             outcomes[label].toArrow().sort_by([("kafka_partition", "ascending"), ("kafka_offset", "ascending")])
         )
     assert outcomes["reader"].equals(outcomes["udf"])
+    assert outcomes["typed"].equals(outcomes["udf"])
     reasons = [r for r in outcomes["reader"].column("_quarantine_reason").to_pylist() if r]
     assert len(reasons) == 4 and any("UTF-8" in r for r in reasons), reasons
+
+
+# Timestamps around every edge of the one spelling the reader types (json_columns._TIMESTAMP), and others.
+TIMESTAMP_EDGES = [
+    "2026-11-21T10:00:00Z",
+    "2026-11-21T10:00:00.1Z",
+    "2026-11-21T10:00:00.123456Z",
+    "2026-11-21T10:00:00.1234567Z",
+    "2026-11-21T10:00:00.123+05:30",
+    "2026-11-21T10:00:00-00:00",
+    "2026-11-21T10:00:00+17:59",
+    "2026-11-21T10:00:00+18:00",
+    "2026-11-21T10:00:00+19:00",
+    "2026-11-21T10:00:00+0530",
+    "2026-11-21T10:00:00z",
+    "2026-11-21t10:00:00Z",
+    "2026-11-21 10:00:00Z",
+    "2026-11-21T10:00:00",
+    "2026-11-21T10:00Z",
+    "2026-11-21",
+    "2024-02-29T00:00:00Z",
+    "2023-02-29T00:00:00Z",
+    "1900-02-29T00:00:00Z",
+    "2000-02-29T23:59:59.999999Z",
+    "2026-04-31T00:00:00Z",
+    "2026-13-01T00:00:00Z",
+    "2026-11-21T24:00:00Z",
+    "2026-11-21T23:60:00Z",
+    "2026-11-21T23:59:60Z",
+    "1000-01-01T00:00:00Z",
+    "0999-12-31T23:59:59Z",
+    "1582-10-10T00:00:00Z",
+    "9999-12-31T23:59:59.999999Z",
+    "9999-12-31T23:59:59.999999-17:59",
+    "\u0032026-11-21T10:00:00Z",
+    " 2026-11-21T10:00:00Z",
+    "2026-11-21T10:00:00Z ",
+    "",
+]
+
+
+def test_the_reader_types_each_payload_exactly_as_spark_parses_it(spark) -> None:
+    """What the Kafka source types (``payloadParsed``) equals what ``from_json`` gives, value for value
+    (the hypothesis examples of :func:`test_any_records_keep_every_promise` compare them too): timestamps
+    at every edge of the spelling it types, integers at a 32-bit field's bounds (vending's counts), doubles
+    spelled as integers, -0, nulls and missing fields, keys in another case, nested structs."""
+    from tidewater import transforms
+    from tidewater.pipelines import get_pipeline as pipeline
+
+    rsvp = json.loads(valid_events(1, seed=19)[0].value)
+    rsvps = [json.dumps({**rsvp, "event_time": text}).encode() for text in TIMESTAMP_EDGES]
+    rsvps += [json.dumps({**rsvp, "venue": None}).encode(), json.dumps({**rsvp, "member": {}}).encode()]
+    rsvps += [json.dumps({**rsvp, "venue": {**rsvp["venue"], "lat": lat}}).encode() for lat in (-0, 12, 2**53 + 1)]
+    other_case = {("Event_Time" if key == "event_time" else key): value for key, value in rsvp.items()}
+    rsvps += [json.dumps(other_case).encode(), json.dumps({**other_case, "event_time": rsvp["event_time"]}).encode()]
+    readings = [
+        json.dumps({"machine_id": "m-1", "read_at": "2026-11-21T10:00:00Z", "sales_count": count}).encode()
+        for count in (2**31 - 1, 2**31, -(2**31), -(2**31) - 1, 0, None)
+    ]
+    cases = [(RSVPS.source(), rsvps), (pipeline("vending").source("telemetry"), readings)]
+    for source, payloads in cases:
+        contract = source.payload_schema.json()
+        batch = kafka_batch([Hostile(value) for value in payloads])
+        typed = checked(batch, contract, parsed=True)
+        assert 0 < typed.column("_parsed").null_count < len(payloads)  # some typed, some left to Spark
+        results = []
+        for kafka in (checked(batch, contract), typed):
+            parsed = source.parse(transforms.to_bronze(spark.createDataFrame(pa.Table.from_batches([kafka]))))
+            rows = parsed.drop("ingest_time").toArrow()
+            results.append(rows.sort_by([("kafka_partition", "ascending"), ("kafka_offset", "ascending")]))
+        assert results[1].equals(results[0]), (results[0].to_pylist(), results[1].to_pylist())
 
 
 def test_a_recompute_keeps_the_copy_the_stream_kept(spark, tmp_path: Path) -> None:

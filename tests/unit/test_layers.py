@@ -32,6 +32,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "tidewater.faults",
             "tidewater.phase_clock",
             "tidewater.strict_json",
+            "tidewater.json_columns",
             "tidewater.json_files",
             "tidewater.dedup",
             "tidewater.scd2",

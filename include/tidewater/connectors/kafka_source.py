@@ -27,6 +27,10 @@ Options (all strings, as Spark passes them):
                             ``_strict_error``, why its value breaks that strict JSON contract (or null;
                             :mod:`tidewater.strict_json`). The check runs here, in the worker that
                             decodes the records anyway, so the stream's parse needs no Python worker.
+  payloadParsed             true (with payloadContract, whose types :func:`tidewater.json_columns.typable`
+                            accepts): each record also gets ``_parsed``, its payload typed from the
+                            check's own decode, null where Spark's ``from_json`` must parse it
+                            (:mod:`tidewater.json_columns`), so the JVM does not parse it again.
   ingestTime                true: each record also gets ``ingest_time`` (TIMESTAMP), when this reader
                             took it from the broker (one value per Arrow batch read). Bronze takes its
                             ingest time from here (:func:`tidewater.transforms.to_bronze`): a
@@ -55,11 +59,11 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from tidewater import strict_json
+from tidewater import json_columns, strict_json
 from tidewater.config import Settings
 from tidewater.connectors.kafka_client import SPARK_RECORD_DDL, KafkaConnection, KafkaPythonClient, PartitionClient
 from tidewater.connectors.kafka_confluent import ConfluentClient
-from tidewater.connectors.options import whole_number
+from tidewater.connectors.options import flag, whole_number
 from tidewater.errors import BrokerUnreachableError, ConfigError, DataLossError
 
 EARLIEST, LATEST = -2, -1
@@ -104,6 +108,7 @@ class KafkaSourceOptions:
     min_records_per_task: int = 20_000
     resume_from_latest: bool = False
     payload_contract: str | None = None  # StructType.json() of the payload, see payloadContract
+    payload_parsed: bool = False  # add _parsed, see payloadParsed
     ingest_time: bool = False  # add ingest_time, see ingestTime
 
     @classmethod
@@ -118,6 +123,12 @@ class KafkaSourceOptions:
             max_offsets = whole_number(opts, "maxOffsetsPerTrigger", source=SOURCE_NAME)
             per_partition = whole_number(opts, "maxRecordsPerPartition", source=SOURCE_NAME, default=500_000)
             per_task = whole_number(opts, "minRecordsPerTask", source=SOURCE_NAME, minimum=0, default=20_000)
+            parsed = flag(opts, "payloadParsed")
+            if parsed and not (opts.get("payloadcontract") and json_columns.typable(opts["payloadcontract"])):
+                raise ConfigError(
+                    "tidewater-kafka option payloadParsed=true needs a payloadContract whose every type "
+                    "tidewater.json_columns types (string, long, integer, double, boolean, timestamp, struct)"
+                )
             resume = opts.get("resumefrom", "checkpoint").lower()
             if resume not in ("checkpoint", "latest"):
                 raise ConfigError(f"tidewater-kafka: resumeFrom={resume!r} must be checkpoint or latest")
@@ -136,6 +147,7 @@ class KafkaSourceOptions:
             min_records_per_task=per_task,
             resume_from_latest=resume == "latest",
             payload_contract=opts.get("payloadcontract") or None,
+            payload_parsed=parsed,
             ingest_time=opts.get("ingesttime", "false").lower() == "true",
         )
 
@@ -143,6 +155,8 @@ class KafkaSourceOptions:
     def schema(self) -> str:
         """The DataFrame's columns, in the order :func:`read_range` appends them."""
         extra = [f"{strict_json.REASON_COLUMN} STRING"] if self.payload_contract is not None else []
+        if self.payload_contract is not None and self.payload_parsed:
+            extra.append(f"{json_columns.PARSED_COLUMN} {json_columns.spark_ddl(self.payload_contract)}")
         if self.ingest_time:
             extra.append(f"{INGEST_TIME} TIMESTAMP")
         return ", ".join([SPARK_RECORD_DDL, *extra])
@@ -346,9 +360,13 @@ def stamped(records: pa.RecordBatch, now_us: int) -> pa.RecordBatch:
     return records.append_column(INGEST_TIME, column)
 
 
-def checked(records: pa.RecordBatch, contract: str) -> pa.RecordBatch:
-    """Records with the ``payloadContract`` column: why each value breaks ``contract``, or null."""
-    return records.append_column(strict_json.REASON_COLUMN, strict_json.reasons(records.column("value"), contract))
+def checked(records: pa.RecordBatch, contract: str, *, parsed: bool = False) -> pa.RecordBatch:
+    """Records with the ``payloadContract`` column: why each value breaks ``contract``, or null; and
+    with ``parsed`` the ``payloadParsed`` one, each value typed from the check's own decode."""
+    if not parsed:
+        return records.append_column(strict_json.REASON_COLUMN, strict_json.reasons(records.column("value"), contract))
+    reasons, typed = json_columns.reasons_and_parsed(records.column("value"), contract)
+    return records.append_column(strict_json.REASON_COLUMN, reasons).append_column(json_columns.PARSED_COLUMN, typed)
 
 
 def read_range(options: KafkaSourceOptions, part: KafkaRange | KafkaRanges) -> Iterator[pa.RecordBatch]:
@@ -360,7 +378,7 @@ def read_range(options: KafkaSourceOptions, part: KafkaRange | KafkaRanges) -> I
     try:
         for batch in client.read_ranges([(r.topic, r.partition, r.start, r.end) for r in ranges]):
             if options.payload_contract is not None:
-                batch = checked(batch, options.payload_contract)
+                batch = checked(batch, options.payload_contract, parsed=options.payload_parsed)
             yield batch if not options.ingest_time else stamped(batch, time.time_ns() // 1000)
         finished = True
     finally:

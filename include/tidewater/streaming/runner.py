@@ -31,7 +31,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
-from tidewater import transforms
+from tidewater import json_columns, transforms
 from tidewater.config import Settings
 from tidewater.connectors.kafka_client import kafka_python_config, topic_partitions
 from tidewater.connectors.kafka_publish import BatchPublisher
@@ -275,6 +275,8 @@ class PipelineStreams:
             options["resumeFrom"] = "latest"
         if source.strict_json and not self.settings.silver_query:  # checked as read: see BronzeSilverWriter
             options["payloadContract"] = source.payload_schema.json()
+            if json_columns.typable(options["payloadContract"]):  # typed as read: see json_columns
+                options["payloadParsed"] = "true"
         kafka = self.spark.readStream.format("tidewater-kafka").options(**options).load()
         if self.settings.silver_query:  # decoupled tiers: silver polls the bronze table itself
             return (
