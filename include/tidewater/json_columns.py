@@ -12,8 +12,8 @@ bit. A record holding any other value (a timestamp not in the canonical ISO 8601
 an integer outside a 32-bit field), or one that breaks the strict contract, gets a null struct, and
 the parse hands it to ``from_json`` as before (:func:`tidewater.transforms.parse_payload`). A schema
 with a type this module does not type (dates, decimals, floats, arrays, maps, ...) is not typed at all
-(:func:`typable`). ``tests/integration/test_json_columns.py`` holds both parses to each other on
-hostile payloads.
+(:func:`typable`). ``tests/integration/test_hostile_records.py`` holds both parses to each other on
+hostile payloads; ``tests/unit/test_json_columns.py`` the rules here.
 """
 
 from __future__ import annotations
