@@ -64,8 +64,9 @@ def silver_writer(layout: PipelineLayout) -> SilverWriter:
 def write_batch(spark, layout: PipelineLayout, items: list[Hostile], batch_id: int = 0, first_offset: int = 0) -> None:
     """One micro-batch through the streaming job's writer, exactly as the bronze query calls it: with each
     payload checked, typed and stamped as the Kafka source does it (``payloadContract``, ``payloadParsed``,
-    ``ingestTime``). The batch transform over bronze that :func:`check_lake` compares silver with parses
-    every payload with ``from_json``: so every example holds the reader's typing to Spark's parse."""
+    ``ingestTime``). (The batch transform :func:`check_lake` compares silver with types payloads too, in
+    its Arrow UDF: :func:`test_any_records_typed_by_the_reader_parse_as_from_json_parses_them` holds the
+    typing itself to Spark's ``from_json``.)"""
     contract = RSVPS.source().payload_schema.json()
     records = checked(kafka_batch(items, first_offset=first_offset), contract, parsed=True)
     records = stamped(records, int(dt.datetime.now(dt.UTC).timestamp() * 1_000_000))
@@ -401,7 +402,7 @@ TIMESTAMP_EDGES = [
     "1582-10-10T00:00:00Z",
     "9999-12-31T23:59:59.999999Z",
     "9999-12-31T23:59:59.999999-17:59",
-    "\u0032026-11-21T10:00:00Z",
+    "\uff12\uff10\uff12\uff16-11-21T10:00:00Z",  # full-width digits
     " 2026-11-21T10:00:00Z",
     "2026-11-21T10:00:00Z ",
     "",
@@ -409,13 +410,10 @@ TIMESTAMP_EDGES = [
 
 
 def test_the_reader_types_each_payload_exactly_as_spark_parses_it(spark) -> None:
-    """What the Kafka source types (``payloadParsed``) equals what ``from_json`` gives, value for value
-    (the hypothesis examples of :func:`test_any_records_keep_every_promise` compare them too): timestamps
-    at every edge of the spelling it types, integers at a 32-bit field's bounds (vending's counts), doubles
-    spelled as integers, -0, nulls and missing fields, keys in another case, nested structs."""
-    from tidewater import transforms
-    from tidewater.pipelines import get_pipeline as pipeline
-
+    """What the Kafka source types (``payloadParsed``) equals what ``from_json`` gives, value for value:
+    timestamps at every edge of the spelling it types, integers at a 32-bit field's bounds (vending's
+    counts), doubles spelled as integers, -0, nulls and missing fields, keys in another case, nested
+    structs. Random hostile batches: the property test below."""
     rsvp = json.loads(valid_events(1, seed=19)[0].value)
     rsvps = [json.dumps({**rsvp, "event_time": text}).encode() for text in TIMESTAMP_EDGES]
     rsvps += [json.dumps({**rsvp, "venue": None}).encode(), json.dumps({**rsvp, "member": {}}).encode()]
@@ -426,18 +424,42 @@ def test_the_reader_types_each_payload_exactly_as_spark_parses_it(spark) -> None
         json.dumps({"machine_id": "m-1", "read_at": "2026-11-21T10:00:00Z", "sales_count": count}).encode()
         for count in (2**31 - 1, 2**31, -(2**31), -(2**31) - 1, 0, None)
     ]
-    cases = [(RSVPS.source(), rsvps), (pipeline("vending").source("telemetry"), readings)]
+    cases = [(RSVPS.source(), rsvps), (get_pipeline("vending").source("telemetry"), readings)]
     for source, payloads in cases:
-        contract = source.payload_schema.json()
         batch = kafka_batch([Hostile(value) for value in payloads])
-        typed = checked(batch, contract, parsed=True)
+        typed = checked(batch, source.payload_schema.json(), parsed=True)
         assert 0 < typed.column("_parsed").null_count < len(payloads)  # some typed, some left to Spark
-        results = []
-        for kafka in (checked(batch, contract), typed):
-            parsed = source.parse(transforms.to_bronze(spark.createDataFrame(pa.Table.from_batches([kafka]))))
-            rows = parsed.drop("ingest_time").toArrow()
-            results.append(rows.sort_by([("kafka_partition", "ascending"), ("kafka_offset", "ascending")]))
-        assert results[1].equals(results[0]), (results[0].to_pylist(), results[1].to_pylist())
+        by_spark, by_reader = typed_and_not(spark, source, batch)
+        assert by_reader.equals(by_spark), (by_spark.to_pylist(), by_reader.to_pylist())
+
+
+def typed_and_not(spark, source, batch: pa.RecordBatch) -> tuple[pa.Table, pa.Table]:
+    """The parsed rows of ``batch`` as the Kafka source checks it alone (``from_json`` parses every payload)
+    and as it checks and types it (``payloadParsed``)."""
+    from tidewater import transforms
+
+    contract = source.payload_schema.json()
+    results = []
+    for kafka in (checked(batch, contract), checked(batch, contract, parsed=True)):
+        parsed = source.parse(transforms.to_bronze(spark.createDataFrame(pa.Table.from_batches([kafka]))))
+        rows = parsed.drop("ingest_time").toArrow()
+        results.append(rows.sort_by([("kafka_partition", "ascending"), ("kafka_offset", "ascending")]))
+    return results[0], results[1]
+
+
+@settings(
+    max_examples=10,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
+)
+@given(batch=st.lists(records(), min_size=1, max_size=60))
+def test_any_records_typed_by_the_reader_parse_as_from_json_parses_them(spark, batch: list[Hostile]) -> None:
+    """Random hostile batches (every field over its type's whole domain): the rows the parse gives with the
+    reader's typing are the rows ``from_json`` gives."""
+    by_spark, by_reader = typed_and_not(spark, RSVPS.source(), kafka_batch(batch))
+    assert by_reader.equals(by_spark), (by_spark.to_pylist(), by_reader.to_pylist())
 
 
 def test_a_recompute_keeps_the_copy_the_stream_kept(spark, tmp_path: Path) -> None:
