@@ -68,10 +68,20 @@ def _typable(spark_type: Any) -> bool:
     return spark_type in _SCALARS
 
 
+def with_corrupt_field(schema_json: str) -> str:
+    """The parse's schema (``StructType.json()``): the payload's fields, then :data:`CORRUPT_FIELD`, a string.
+    What Spark's ``from_json`` gives and what the typed column holds; :func:`arrow_type` and
+    :func:`spark_ddl` spell it for Arrow and for a data source's schema, ``tidewater.transforms`` as a
+    ``StructType``."""
+    struct = json.loads(schema_json)
+    corrupt = {"name": CORRUPT_FIELD, "type": "string", "nullable": True, "metadata": {}}
+    return json.dumps({**struct, "fields": [*struct["fields"], corrupt]})
+
+
 @lru_cache(maxsize=16)
 def arrow_type(schema_json: str) -> pa.StructType:
-    """The parsed column's Arrow type: the payload's fields, then :data:`CORRUPT_FIELD`."""
-    return pa.struct([*_arrow_fields(json.loads(schema_json)), pa.field(CORRUPT_FIELD, pa.string())])
+    """The parsed column's Arrow type (:func:`with_corrupt_field` of the payload's schema)."""
+    return pa.struct(_arrow_fields(json.loads(with_corrupt_field(schema_json))))
 
 
 def _arrow_fields(struct: dict[str, Any]) -> list[pa.Field]:
@@ -83,9 +93,8 @@ def _arrow(spark_type: Any) -> pa.DataType:
 
 
 def spark_ddl(schema_json: str) -> str:
-    """The parsed column's Spark DDL type (for a data source's schema), the same fields as :func:`arrow_type`."""
-    struct = json.loads(schema_json)
-    return _ddl({**struct, "fields": [*struct["fields"], {"name": CORRUPT_FIELD, "type": "string"}]})
+    """The parsed column's Spark DDL type (for a data source's schema): :func:`with_corrupt_field` too."""
+    return _ddl(json.loads(with_corrupt_field(schema_json)))
 
 
 def _ddl(spark_type: Any) -> str:
@@ -115,7 +124,9 @@ def parsed(decoded: Sequence[Any], schema_json: str) -> pa.StructArray:
     except Exception:  # typing must never fail a read: from_json parses this batch alone, as it always did
         # (a value Arrow would not take as it is, say a lone surrogate in a string)
         return pa.nulls(len(objects), arrow_type(schema_json))  # type: ignore[return-value]
-    typed = pc.and_(pc.invert(_is_none(objects)), exact)
+    typed = pc.invert(_is_none(objects))
+    if exact is not None:
+        typed = pc.and_(typed, exact)
     children.append(pa.nulls(len(objects), pa.string()))  # no corrupt record
     return pa.StructArray.from_arrays(children, fields=list(arrow_type(schema_json)), mask=pc.invert(typed))
 
@@ -124,42 +135,40 @@ def _is_none(values: Sequence[Any]) -> pa.Array:
     return pa.array([value is None for value in values], pa.bool_())
 
 
-def _all_exact(length: int) -> pa.Array:
-    return pa.array([True] * length, pa.bool_())
-
-
-def _struct_children(objects: list[Any], struct: dict[str, Any]) -> tuple[list[pa.Array], pa.Array]:
+def _struct_children(objects: list[Any], struct: dict[str, Any]) -> tuple[list[pa.Array], pa.Array | None]:
     """The typed child columns of ``objects`` (decoded structs, or None) and, per row, whether all of
-    them are exact (a None row's children are null, and exact)."""
+    them are exact (a None row's children are null, and exact); None when every row is."""
     import pyarrow.compute as pc
 
     blank = strict_json.blank(json.dumps(struct, sort_keys=True))
     rows = [blank if value is None else value for value in objects]
-    exact = _all_exact(len(objects))
+    exact = None
     children = []
     for field in struct["fields"]:
         column, column_exact = _column(list(map(attrgetter(field["name"]), rows)), field["type"])
         children.append(column)
-        exact = pc.and_(exact, column_exact)
+        if column_exact is not None:
+            exact = column_exact if exact is None else pc.and_(exact, column_exact)
     return children, exact
 
 
-def _column(values: list[Any], spark_type: Any) -> tuple[pa.Array, pa.Array]:
-    """One field's values as its Arrow column, and per row whether the value is Spark's exactly."""
+def _column(values: list[Any], spark_type: Any) -> tuple[pa.Array, pa.Array | None]:
+    """One field's values as its Arrow column, and per row whether the value is Spark's exactly (None:
+    every value is; the types with no value Spark would read otherwise)."""
     import pyarrow.compute as pc
 
     if isinstance(spark_type, dict):
         children, exact = _struct_children(values, spark_type)
         null = _is_none(values)
         column = pa.StructArray.from_arrays(children, fields=_arrow_fields(spark_type), mask=null)
-        return column, pc.or_(null, exact)
+        return column, None if exact is None else pc.or_(null, exact)
     if spark_type == "timestamp":
         return _timestamps(pa.array(values, pa.string()))
     if spark_type == "integer":  # the contract holds integers to 64 bits; Spark's int field to 32
         wide = pa.array(values, pa.int64())
         fits = pc.and_(pc.greater_equal(wide, _INT32[0]), pc.less_equal(wide, _INT32[1]))
         return pc.cast(pc.if_else(fits, wide, None), pa.int32()), pc.fill_null(fits, True)
-    return pa.array(values, _SCALARS[spark_type][0]), _all_exact(len(values))
+    return pa.array(values, _SCALARS[spark_type][0]), None
 
 
 def _timestamps(text: pa.Array) -> tuple[pa.Array, pa.Array]:

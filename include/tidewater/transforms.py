@@ -7,6 +7,7 @@ batch DataFrame, so a gold transform that sets one is still the same code in bot
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import reduce
@@ -106,8 +107,9 @@ def _checked_in_python(bronze: DataFrame, payload_schema: StructType) -> DataFra
 
 
 def _with_corrupt_field(payload_schema: StructType) -> StructType:
-    """What ``from_json`` gives with the corrupt-record field (:data:`CORRUPT_FIELD`), and the typed column too."""
-    return StructType([*payload_schema.fields, StructField(CORRUPT_FIELD, StringType())])
+    """What ``from_json`` gives with the corrupt-record field, and the typed column too
+    (:func:`tidewater.json_columns.with_corrupt_field`)."""
+    return StructType.fromJson(json.loads(json_columns.with_corrupt_field(payload_schema.json())))
 
 
 def quoted(name: str) -> str:
