@@ -81,6 +81,17 @@ def _decoder(schema_json: str) -> msgspec.json.Decoder:
     return msgspec.json.Decoder(_struct(schema_json), strict=True)
 
 
+def contract_problem(schema_json: str) -> str | None:
+    """Why ``schema_json`` is not a contract the check can hold payloads to (not a Spark schema as
+    JSON, ``StructType.json()``), or None: a bad contract is a configuration error, found before any
+    record is read."""
+    try:
+        _decoder(schema_json)
+    except (ValueError, KeyError, TypeError) as exc:  # not JSON, not a struct's fields, a field without a name
+        return f"not a Spark schema as JSON (StructType.json()): {type(exc).__name__}: {_short(str(exc))}"
+    return None
+
+
 def violation(raw: bytes | None, schema_json: str) -> str | None:
     """Why ``raw`` breaks the strict contract of the Spark schema ``schema_json`` (``StructType.json()``),
     or None. Never raises: anything unexpected is itself a reason."""

@@ -90,5 +90,10 @@ def test_no_servers_is_one_line_for_every_client() -> None:
             build(empty)
     with pytest.raises(ConfigError, match=r"needs option kafka\.bootstrap\.servers"):
         KafkaConnection.from_options({"kafka.bootstrap.servers": " , "})
-    with pytest.raises(ConfigError, match="a numeric option is not a number"):
-        KafkaSourceOptions.parse({"kafka.bootstrap.servers": "k:1", "subscribe": "t", "kafka.request.timeout.ms": "x"})
+    for timeout in ("x", "0", "-5", "1.5"):  # one line naming the option, from the options' one parser
+        with pytest.raises(ConfigError, match=rf"^tidewater-kafka option kafka\.request\.timeout\.ms='{timeout}' must"):
+            KafkaSourceOptions.parse(
+                {"kafka.bootstrap.servers": "k:1", "subscribe": "t", "kafka.request.timeout.ms": timeout}
+            )
+    given = KafkaConnection.from_options({"kafka.bootstrap.servers": "k:1", "KAFKA.REQUEST.TIMEOUT.MS": "2500"})
+    assert given.request_timeout_ms == 2500 and given.kafka_python()["request_timeout_ms"] == 2500

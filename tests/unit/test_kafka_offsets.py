@@ -184,7 +184,7 @@ def test_cap_offsets_partition_missing_from_start_does_not_move() -> None:
         ({**BASE, "startingTimestamp": "yesterday"}, "startingTimestamp='yesterday' must be a whole number"),
         ({**BASE, "maxRecordsPerPartition": "1e3"}, "maxRecordsPerPartition='1e3' must be a whole number"),
         ({**BASE, "maxRecordsPerPartition": "0"}, "maxRecordsPerPartition='0' must be a whole number of at least 1"),
-        ({**BASE, "kafka.request.timeout.ms": "soon"}, "not a number"),
+        ({**BASE, "kafka.request.timeout.ms": "soon"}, "kafka.request.timeout.ms='soon' must be a whole number"),
     ],
 )
 def test_parse_rejects_bad_options_with_one_line(options: dict[str, str], needle: str) -> None:
@@ -582,3 +582,10 @@ def test_a_payload_contract_adds_the_reason_column_to_the_schema_and_every_batch
     reasons = batch.column(strict_json.REASON_COLUMN).to_pylist()
     assert reasons == [strict_json.violation(b"12", contract), strict_json.violation(b"13", contract)]
     assert all(reasons)  # a bare number is not one JSON object
+
+
+def test_a_contract_that_is_no_spark_schema_is_one_line_before_any_read() -> None:
+    """A ``payloadContract`` the check could not hold payloads to fails the query's start, not every worker."""
+    for contract in ("not json", '{"type":"struct"}', "[1, 2]", '{"type":"struct","fields":[{"type":"long"}]}'):
+        with pytest.raises(ConfigError, match=r"^tidewater-kafka option payloadContract is not a Spark schema as JSON"):
+            KafkaSourceOptions.parse({**BASE, "payloadContract": contract})

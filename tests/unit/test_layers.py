@@ -34,6 +34,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "tidewater.strict_json",
             "tidewater.json_columns",
             "tidewater.json_files",
+            "tidewater.connectors.options",  # the data sources' option parser: the Kafka clients' too
             "tidewater.dedup",
             "tidewater.scd2",
             "tidewater.postgres",

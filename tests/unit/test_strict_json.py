@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tidewater.pipelines.rsvps import PAYLOAD
-from tidewater.strict_json import violation
+from tidewater.strict_json import contract_problem, violation
 
 SCHEMA = PAYLOAD.json()
 VALID = (
@@ -71,3 +71,10 @@ def test_payloads_without_repeated_keys_pass_either_way(raw: bytes) -> None:
 def test_reasons_stay_short() -> None:
     found = violation(b'{"event_id":"' + b"x" * 100_000 + b'"} garbage', SCHEMA)
     assert found is not None and len(found) <= 200
+
+
+def test_a_contract_is_a_spark_schema_as_json() -> None:
+    assert contract_problem(SCHEMA) is None
+    for bad in ("", "{", '{"fields": 3}', '{"type":"struct","fields":[{"name":"n"}]}'):
+        problem = contract_problem(bad)
+        assert problem is not None and problem.startswith("not a Spark schema as JSON (StructType.json()): ")

@@ -32,6 +32,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from tidewater.config import Settings
+from tidewater.connectors.options import option, whole_number
 from tidewater.errors import BrokerUnreachableError, ConfigError, DataLossError, TopicNotFoundError
 
 # Arrow layout of a Kafka record, matching Spark's Kafka source columns.
@@ -87,9 +88,11 @@ class KafkaConnection:
         """The connection a Spark source was given (option keys lower-cased, as Spark may pass them)."""
         values: dict[str, Any] = {}
         for f in dataclasses.fields(cls):
-            value = options.get(_option(f.name), "")
+            name = _option(f.name)
+            numeric = f.type in ("int", int)
+            value = whole_number(options, name, source="tidewater-kafka") if numeric else option(options, name)
             if value:
-                values[f.name] = int(value) if f.name == "request_timeout_ms" else value
+                values[f.name] = value
         connection = cls(**{"bootstrap_servers": "", **values})
         if not connection.servers:
             raise ConfigError("tidewater-kafka needs option kafka.bootstrap.servers (host:port[,host:port])")

@@ -115,25 +115,25 @@ class KafkaSourceOptions:
     def parse(cls, options: Any) -> KafkaSourceOptions:
         opts = {str(k).lower(): str(v) for k, v in dict(options).items()}
         topics = tuple(t.strip() for t in opts.get("subscribe", "").split(",") if t.strip())
-        try:
-            connection = KafkaConnection.from_options(opts)
-            if not topics:
-                raise ConfigError("tidewater-kafka needs option subscribe (comma-separated topic names)")
-            timestamp = whole_number(opts, "startingTimestamp", source=SOURCE_NAME, minimum=0)
-            max_offsets = whole_number(opts, "maxOffsetsPerTrigger", source=SOURCE_NAME)
-            per_partition = whole_number(opts, "maxRecordsPerPartition", source=SOURCE_NAME, default=500_000)
-            per_task = whole_number(opts, "minRecordsPerTask", source=SOURCE_NAME, minimum=0, default=20_000)
-            parsed = flag(opts, "payloadParsed")
-            if parsed and not (opts.get("payloadcontract") and json_columns.typable(opts["payloadcontract"])):
-                raise ConfigError(
-                    "tidewater-kafka option payloadParsed=true needs a payloadContract whose every type "
-                    "tidewater.json_columns types (string, long, integer, double, boolean, timestamp, struct)"
-                )
-            resume = opts.get("resumefrom", "checkpoint").lower()
-            if resume not in ("checkpoint", "latest"):
-                raise ConfigError(f"tidewater-kafka: resumeFrom={resume!r} must be checkpoint or latest")
-        except ValueError as exc:  # the connection's numeric settings (KafkaConnection.from_options)
-            raise ConfigError(f"tidewater-kafka: a numeric option is not a number ({exc})") from None
+        connection = KafkaConnection.from_options(opts)
+        if not topics:
+            raise ConfigError("tidewater-kafka needs option subscribe (comma-separated topic names)")
+        timestamp = whole_number(opts, "startingTimestamp", source=SOURCE_NAME, minimum=0)
+        max_offsets = whole_number(opts, "maxOffsetsPerTrigger", source=SOURCE_NAME)
+        per_partition = whole_number(opts, "maxRecordsPerPartition", source=SOURCE_NAME, default=500_000)
+        per_task = whole_number(opts, "minRecordsPerTask", source=SOURCE_NAME, minimum=0, default=20_000)
+        contract = opts.get("payloadcontract") or None
+        if contract is not None and (problem := strict_json.contract_problem(contract)):
+            raise ConfigError(f"tidewater-kafka option payloadContract is {problem}")
+        parsed = flag(opts, "payloadParsed")
+        if parsed and not (contract and json_columns.typable(contract)):
+            raise ConfigError(
+                "tidewater-kafka option payloadParsed=true needs a payloadContract whose every type "
+                "tidewater.json_columns types (string, long, integer, double, boolean, timestamp, struct)"
+            )
+        resume = opts.get("resumefrom", "checkpoint").lower()
+        if resume not in ("checkpoint", "latest"):
+            raise ConfigError(f"tidewater-kafka: resumeFrom={resume!r} must be checkpoint or latest")
         return cls(
             client_config=connection.kafka_python(),
             backend=opts.get("kafka.client", "kafka-python"),
@@ -146,7 +146,7 @@ class KafkaSourceOptions:
             max_records_per_partition=per_partition,
             min_records_per_task=per_task,
             resume_from_latest=resume == "latest",
-            payload_contract=opts.get("payloadcontract") or None,
+            payload_contract=contract,
             payload_parsed=parsed,
             ingest_time=opts.get("ingesttime", "false").lower() == "true",
         )
