@@ -151,17 +151,24 @@ class Flag(Check):
 _JVM_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
+def jvm_bytes(value: Any) -> int | None:
+    """A JVM memory size as -Xmx takes it (digits and an optional k/m/g/t, either case) in bytes; None
+    when ``value`` is not one."""
+    match = re.fullmatch(r"(\d+)([kKmMgGtT]?)", value) if isinstance(value, str) else None
+    return None if match is None else int(match.group(1)) * _JVM_UNITS[match.group(2).lower()]
+
+
 @dataclass(frozen=True)
 class JvmMemory(Check):
-    """A JVM heap size as -Xmx takes it: digits and an optional k/m/g/t (either case); bytes otherwise."""
+    """A JVM memory size (:func:`jvm_bytes`) of at least ``minimum`` bytes."""
 
     minimum: int
 
     def problem(self, value: Any) -> str | None:
-        match = re.fullmatch(r"(\d+)([kKmMgGtT]?)", value) if isinstance(value, str) else None
-        if match is None:
+        size = jvm_bytes(value)
+        if size is None:
             return "must be a JVM memory size such as 512m, 2g, 2G, 1048576k or plain bytes"
-        if int(match.group(1)) * _JVM_UNITS[match.group(2).lower()] < self.minimum:
+        if size < self.minimum:
             return f"must be at least {self.minimum >> 20}m, the smallest driver heap Spark starts with"
         return None
 
@@ -328,6 +335,13 @@ class Settings:
         "-XX:+UseSerialGC -Xms64m -Xmn128m -XX:MinHeapFreeRatio=20 -XX:MaxHeapFreeRatio=40",
         JVM_OPTIONS,
     )
+    # Spark's own memory pages in the streaming job (Tungsten's execution memory: the hash maps of
+    # aggregations, sorts, shuffle buffers) live off the JVM's heap, up to this much ("0": on the heap,
+    # Spark's default). On the heap they are long[] pages that outlive the young generation: a draining
+    # vending job held 48-136 MiB of them at a full collection, and the serial collector's heap grows
+    # to what a collection leaves plus its free ratio and keeps it. Off the heap a page is freed when
+    # its task gives it back. Above that size a task spills to disk, as it would on the heap.
+    stream_off_heap_memory: str = setting("256m", JvmMemory(minimum=0))
     # JVM options of every Spark JVM a tidewater job starts: each driver (batch, audit, stream; after the
     # stream's own) and, on a cluster master, its executors. None by default. -XX:TieredStopAtLevel=1
     # (no C2 compiler) suits JVMs that live seconds to a minute, where C2's compilations cost more CPU

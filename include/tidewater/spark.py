@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pyspark.sql import SparkSession
 
 from tidewater import class_data
-from tidewater.config import Settings
+from tidewater.config import Settings, jvm_bytes
 from tidewater.processes import scratch_dir, spark_child_env
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -196,6 +196,11 @@ def session_conf(
         conf["spark.driver.extraJavaOptions"] = " ".join(java_options)
     if streaming:
         conf |= CHECKPOINT_FILE_MANAGER
+        if jvm_bytes(settings.stream_off_heap_memory):
+            conf |= {
+                "spark.memory.offHeap.enabled": "true",
+                "spark.memory.offHeap.size": settings.stream_off_heap_memory,
+            }
     if scratch:
         conf["spark.local.dir"] = scratch
         if streaming:

@@ -56,6 +56,7 @@ def refused(env: dict[str, str]) -> str:
         ("SPARK_DRIVER_MEMORY", "2gb", ["JVM memory size"]),
         ("SPARK_DRIVER_MEMORY", "-2g", ["JVM memory size"]),
         ("SPARK_DRIVER_MEMORY", "64m", ["at least 450m"]),
+        ("STREAM_OFF_HEAP_MEMORY", "256 MB", ["='256 MB': must be a JVM memory size"]),
         ("STREAM_JAVA_OPTIONS", "XX:+UseSerialGC", ["JVM options, each starting with '-'"]),
         ("STREAM_JAVA_OPTIONS", "-XX:+UseSerialGC Xmx2g", ["e.g. -XX:+UseSerialGC"]),
         ("MAX_OFFSETS_PER_TRIGGER", "-5", ["=-5: must be from 1 to"]),
@@ -132,6 +133,7 @@ def test_bad_values_are_one_actionable_line(name: str, value: str, fragments: li
         ("KAFKA_SASL_MECHANISM", "SCRAM-SHA-512"),
         ("NAMESPACE", "sandbox_2026-11-21"),
         ("STREAM_STOP_TIMEOUT_SECONDS", "0"),
+        ("STREAM_OFF_HEAP_MEMORY", "0"),  # Spark's pages back on the heap
     ],
 )
 def test_good_values_pass(name: str, value: str) -> None:

@@ -305,3 +305,16 @@ def test_only_properties_that_yarns_or_mapreduces_defaults_alone_set_are_unread(
         + "</configuration>"
     )
     assert unread_hadoop_defaults(xml) == ["yarn.admin.acl", "mapreduce.jobhistory.client.thread-count", "yarn.both"]
+
+
+def test_the_streaming_jobs_spark_pages_live_off_the_heap_unless_set_to_zero():
+    """Tungsten's pages of the streaming job off the JVM's heap (TIDEWATER_STREAM_OFF_HEAP_MEMORY, see
+    Settings); batch jobs keep Spark's default, and "0" in any unit brings the stream's back on the heap."""
+    streaming = session_conf(Settings(), {}, streaming=True)
+    assert streaming["spark.memory.offHeap.enabled"] == "true"
+    assert streaming["spark.memory.offHeap.size"] == Settings().stream_off_heap_memory == "256m"
+    assert "spark.memory.offHeap.enabled" not in session_conf(Settings(), {})
+    for zero in ("0", "0m", "0G"):
+        assert "spark.memory.offHeap.enabled" not in session_conf(
+            Settings(stream_off_heap_memory=zero), {}, streaming=True
+        )
