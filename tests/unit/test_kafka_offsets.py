@@ -585,7 +585,8 @@ def test_a_payload_contract_adds_the_reason_column_to_the_schema_and_every_batch
 
 
 def test_a_contract_that_is_no_spark_schema_is_one_line_before_any_read() -> None:
-    """A ``payloadContract`` the check could not hold payloads to fails the query's start, not every worker."""
+    """A ``payloadContract`` the check cannot hold payloads to is one line when the source is created (it used
+    to quarantine every record as one that "could not be checked")."""
     for contract in ("not json", '{"type":"struct"}', "[1, 2]", '{"type":"struct","fields":[{"type":"long"}]}'):
         with pytest.raises(ConfigError, match=r"^tidewater-kafka option payloadContract is not a Spark schema as JSON"):
             KafkaSourceOptions.parse({**BASE, "payloadContract": contract})
