@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 from hypothesis import strategies as st
 
-from tidewater.connectors.kafka_client import records_to_arrow, timestamp_micros
+from tidewater.connectors.kafka_client import numbered_records
 
 CORPUS = Path(__file__).parent / "corpus" / "hostile_records.jsonl"
 NOW_MS = int(dt.datetime(2026, 11, 21, 10, 0, tzinfo=dt.UTC).timestamp() * 1000)
@@ -184,18 +184,5 @@ def kafka_batch(
 ) -> pa.RecordBatch:
     """Hostile records as the Kafka source hands them to Spark (same conversion of timestamps), spread
     over ``partitions`` with offsets from ``first_offset`` on."""
-    rows: dict[str, list[Any]] = {c: [] for c in ("key", "value", "topic", "partition", "offset", "timestamp")}
-    rows |= {"timestampType": [], "headers": []}
-    offsets = [first_offset] * partitions
-    for i, item in enumerate(items):
-        partition = i % partitions
-        rows["key"].append(item.key)
-        rows["value"].append(item.value)
-        rows["topic"].append(topic)
-        rows["partition"].append(partition)
-        rows["offset"].append(offsets[partition])
-        offsets[partition] += 1
-        rows["timestamp"].append(timestamp_micros(item.timestamp_ms))
-        rows["timestampType"].append(0)
-        rows["headers"].append(list(item.headers))
-    return records_to_arrow(rows)
+    records = ((i % partitions, item.key, item.value, item.timestamp_ms, item.headers) for i, item in enumerate(items))
+    return numbered_records(topic, records, first_offset=first_offset)
