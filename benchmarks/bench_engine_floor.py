@@ -46,12 +46,13 @@ from tidewater import transforms
 from tidewater.config import Settings
 from tidewater.connectors.kafka_client import numbered_records
 from tidewater.errors import ConfigError, PipelineError
-from tidewater.pipelines import Pipeline, get_pipeline
+from tidewater.pipelines import GoldTable, Pipeline, Source, get_pipeline
 from tidewater.pipelines.samples import GeneratedRecord, GeneratorConfig, generate
 from tidewater.spark import build_session
 
 HOUR_MS = 3_600_000
 PARTITIONS = 4  # how many Kafka partitions the generated records are spread over (by key)
+DONE = "_SUCCESS"  # a folder of Parquet files complete (Spark's own marker; the bronze files get one too)
 
 
 def kafka_records(records: Iterable[GeneratedRecord], topic: str) -> pa.Table:
@@ -65,7 +66,7 @@ def bronze_files(pipeline: Pipeline, events: int, work: Path) -> dict[str, Path]
     them in parallel (made once per work folder): ``events`` of the pipeline's sample events spread over
     the hour that ended an hour ago, without faults."""
     paths = {source.name: work / f"bronze-{source.name}" for source in pipeline.sources}
-    if all(path.exists() for path in paths.values()):
+    if all((path / DONE).exists() for path in paths.values()):
         return paths
     if pipeline.sample_events is None:
         raise ConfigError(f"--pipeline {pipeline.name}: the pipeline declares no sample events to generate")
@@ -76,10 +77,12 @@ def bronze_files(pipeline: Pipeline, events: int, work: Path) -> dict[str, Path]
         by_source[record.source or pipeline.sources[0].name].append(record)
     for source in pipeline.sources:
         records = kafka_records(by_source[source.name], source.topic)
+        shutil.rmtree(paths[source.name], ignore_errors=True)  # what an interrupted run left
         paths[source.name].mkdir(parents=True)
         for partition in range(PARTITIONS):
             part = records.filter(pc.equal(records.column("partition"), partition))
             pq.write_table(part, paths[source.name] / f"part-{partition}.parquet")
+        (paths[source.name] / DONE).touch()
     return paths
 
 
@@ -87,9 +90,9 @@ def silver_files(spark: SparkSession, pipeline: Pipeline, bronze: dict[str, Path
     """Each source's silver rows, made once by the pipeline's own parse and kept as Parquet."""
     paths = {source.name: work / f"silver-{source.name}.parquet" for source in pipeline.sources}
     for source in pipeline.sources:
-        if not paths[source.name].exists():
+        if not (paths[source.name] / DONE).exists():
             rows = source.silver(source.parse(transforms.to_bronze(spark.read.parquet(str(bronze[source.name])))))
-            rows.write.parquet(str(paths[source.name]))
+            rows.write.mode("overwrite").parquet(str(paths[source.name]))
     return paths
 
 
@@ -97,7 +100,12 @@ def noop(df: DataFrame) -> None:
     df.write.format("noop").mode("overwrite").save()
 
 
-def steps(spark: SparkSession, pipeline: Pipeline, bronze: dict[str, Path], silver: dict[str, Path], work: Path):
+Step = tuple[str, str, Callable[[], None]]
+
+
+def steps(
+    spark: SparkSession, pipeline: Pipeline, bronze: dict[str, Path], silver: dict[str, Path], work: Path
+) -> list[Step]:
     """(name, part, step) for every timed step; part is "floor" or "reference"."""
     frames = {name: spark.read.parquet(str(path)) for name, path in silver.items()}
     arrow: dict[str, pa.Table] = {}
@@ -116,14 +124,14 @@ def steps(spark: SparkSession, pipeline: Pipeline, bronze: dict[str, Path], silv
 
         return run
 
-    def gold_rows(gold) -> Callable[[], None]:
+    def gold_rows(gold: GoldTable) -> Callable[[], None]:
         return lambda: noop(gold.rows(*(frames[source.name] for source in pipeline.inputs(gold))))
 
-    def parse(source) -> Callable[[], None]:
+    def parse(source: Source) -> Callable[[], None]:
         raw = spark.read.parquet(str(bronze[source.name]))
         return lambda: noop(source.silver(source.parse(transforms.to_bronze(raw))))
 
-    out: list[tuple[str, str, Callable[[], None]]] = []
+    out: list[Step] = []
     for source in pipeline.sources:
         out.append((f"silver {source.name} to Python as Arrow", "floor", to_python(source.name)))
         out.append((f"silver {source.name} written by delta-rs", "floor", write(source.name)))
