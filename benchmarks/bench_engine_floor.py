@@ -46,8 +46,9 @@ from tidewater import transforms
 from tidewater.config import Settings
 from tidewater.connectors.kafka_client import numbered_records
 from tidewater.errors import ConfigError, PipelineError
+from tidewater.generator.cli import sample_events_of
 from tidewater.pipelines import GoldTable, Pipeline, Source, get_pipeline
-from tidewater.pipelines.samples import GeneratedRecord, GeneratorConfig, generate
+from tidewater.pipelines.samples import GeneratedRecord, GeneratorConfig, SampleEvents, generate
 from tidewater.spark import build_session
 
 HOUR_MS = 3_600_000
@@ -61,19 +62,18 @@ def kafka_records(records: Iterable[GeneratedRecord], topic: str) -> pa.Table:
     return pa.Table.from_batches([numbered_records(topic, items)])
 
 
-def bronze_files(pipeline: Pipeline, events: int, work: Path) -> dict[str, Path]:
+def bronze_files(pipeline: Pipeline, sample: SampleEvents, events: int, work: Path) -> dict[str, Path]:
     """Each source's generated Kafka records as Parquet, a file per Kafka partition so that Spark reads
     them in parallel (made once per work folder): ``events`` of the pipeline's sample events spread over
-    the hour that ended an hour ago, without faults."""
-    paths = {source.name: work / f"bronze-{source.name}" for source in pipeline.sources}
+    the hour that ended an hour ago, without faults. A folder is named by its count of sample events, so a
+    rerun with another ``--events`` in the same work folder makes its own."""
+    paths = {source.name: work / f"bronze-{source.name}-{events}" for source in pipeline.sources}
     if all((path / DONE).exists() for path in paths.values()):
         return paths
-    if pipeline.sample_events is None:
-        raise ConfigError(f"--pipeline {pipeline.name}: the pipeline declares no sample events to generate")
     start_ms = (int(time.time() * 1000) // HOUR_MS - 2) * HOUR_MS
     config = GeneratorConfig(start_time_ms=start_ms, rate=events / 3600)
     by_source: dict[str, list[GeneratedRecord]] = {source.name: [] for source in pipeline.sources}
-    for record in generate(config, events, pipeline.sample_events):
+    for record in generate(config, events, sample):
         by_source[record.source or pipeline.sources[0].name].append(record)
     for source in pipeline.sources:
         records = kafka_records(by_source[source.name], source.topic)
@@ -87,8 +87,9 @@ def bronze_files(pipeline: Pipeline, events: int, work: Path) -> dict[str, Path]
 
 
 def silver_files(spark: SparkSession, pipeline: Pipeline, bronze: dict[str, Path], work: Path) -> dict[str, Path]:
-    """Each source's silver rows, made once by the pipeline's own parse and kept as Parquet."""
-    paths = {source.name: work / f"silver-{source.name}.parquet" for source in pipeline.sources}
+    """Each source's silver rows, made once by the pipeline's own parse and kept as Parquet (named as its
+    bronze folder is)."""
+    paths = {name: work / path.name.replace("bronze-", "silver-", 1) for name, path in bronze.items()}
     for source in pipeline.sources:
         if not (paths[source.name] / DONE).exists():
             rows = source.silver(source.parse(transforms.to_bronze(spark.read.parquet(str(bronze[source.name])))))
@@ -164,21 +165,22 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--events and --rounds must be at least 1")
     try:
         pipeline = get_pipeline(args.pipeline)
-    except PipelineError as exc:
+        sample = sample_events_of(pipeline)
+    except (PipelineError, ConfigError) as exc:
         parser.error(str(exc))
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="tw-floor-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
-        return measure(pipeline, args.events, args.rounds, work)
+        return measure(pipeline, sample, args.events, args.rounds, work)
     finally:
         if args.work_dir is None:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def measure(pipeline: Pipeline, events: int, rounds: int, work: Path) -> int:
+def measure(pipeline: Pipeline, sample: SampleEvents, events: int, rounds: int, work: Path) -> int:
     print(f"machine: {platform.node()}, {os.cpu_count()} cores; 10M-step loop {spread(loop_seconds(), ' s', 2)}")
     began = time.perf_counter()
-    bronze = bronze_files(pipeline, events, work)
+    bronze = bronze_files(pipeline, sample, events, work)
     records = sum(count_rows(bronze).values())  # a sample event may bring follow-ups (ads: clicks)
     took = time.perf_counter() - began
     print(f"{records:,} records of {events:,} {pipeline.name} sample events in {took:.1f} s ({work})", flush=True)

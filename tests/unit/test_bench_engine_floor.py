@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
+import bench_engine_floor
 from bench_engine_floor import PARTITIONS, floor_report, kafka_records, main
 
 from tidewater.connectors.kafka_client import RECORD_SCHEMA
@@ -59,3 +61,12 @@ def test_bad_arguments_are_one_line_before_spark_starts(argv, message, capsys):
         main(argv)
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_pipeline_without_sample_events_is_one_line_before_spark_starts(monkeypatch, capsys):
+    silent = dataclasses.replace(get_pipeline("rsvps"), sample_events=None)
+    monkeypatch.setattr(bench_engine_floor, "get_pipeline", lambda name: silent)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--pipeline", "rsvps"])
+    assert exit_info.value.code == 2
+    assert "--pipeline rsvps: the pipeline declares no sample events" in capsys.readouterr().err
